@@ -1,0 +1,327 @@
+"""The decision: a pure function of (pool, observed fleet, snapshot or none, now) -> Plan.
+
+It calls no cloud and reads no clock, so the Lambda, the Cloud Function, ``dynagent
+plan``, the simulator and the tests all run exactly this code. Every action it returns
+says why.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from dynagent.config import Pool, Provider, Settings
+from dynagent.durations import format_duration
+from dynagent.fleet import Fleet, Instance, Mark, RequestState, SpotRequest
+from dynagent.packing import Demand, pack
+from dynagent.plan import (
+    Adoption,
+    Cancellation,
+    Launch,
+    MarkWrite,
+    Plan,
+    Termination,
+)
+from dynagent.snapshot import Agent, Snapshot
+
+# Spot request status codes that will not turn into an instance by waiting.
+UNFULFILLABLE_SPOT_STATUSES = frozenset(
+    {
+        "bad-parameters", "capacity-not-available", "capacity-oversubscribed",
+        "constraint-not-fulfillable", "launch-group-constraint", "az-group-constraint",
+        "placement-group-constraint", "price-too-low", "not-scheduled-yet",
+        "schedule-expired", "system-error", "limit-exceeded",
+    }
+)  # fmt: skip
+
+
+@dataclass
+class _Context:
+    """One decision's inputs, and the removals chosen so far."""
+
+    pool: Pool
+    fleet: Fleet
+    snapshot: Snapshot | None
+    now: datetime
+    settings: Settings
+    agents: dict[str, Agent] = field(default_factory=dict)
+    terminations: dict[str, str] = field(default_factory=dict)
+    cancellations: dict[str, str] = field(default_factory=dict)
+    adoptions: list[Adoption] = field(default_factory=list)
+
+    @property
+    def provider(self) -> Provider:
+        return self.pool.provider
+
+    @property
+    def seen_at(self) -> datetime:
+        """When the snapshot saw what it says (never later than now)."""
+        return min(self.snapshot.time, self.now) if self.snapshot else self.now
+
+    def terminate(self, instance_id: str, reason: str) -> None:
+        self.terminations.setdefault(instance_id, reason)
+
+    def cancel(self, request_id: str, reason: str) -> None:
+        self.cancellations.setdefault(request_id, reason)
+
+    def kept(self, instance: Instance) -> bool:
+        return instance.live and instance.id not in self.terminations
+
+
+def decide(
+    pool: Pool,
+    fleet: Fleet,
+    snapshot: Snapshot | None,
+    now: datetime,
+    settings: Settings | None = None,
+) -> Plan:
+    """What to do to ``pool`` now, given what the cloud shows and the master said."""
+    ctx = _Context(pool, fleet, snapshot, now, settings or Settings())
+    if snapshot:
+        ctx.agents = {agent.id: agent for agent in snapshot.agents}
+    _review_spot_requests(ctx)
+    _review_instances(ctx)
+    _reap_idle(ctx)
+    _trim_to_max(ctx)
+    launches, demand = _launches(ctx)
+    provider = ctx.provider
+    return Plan(
+        pool=pool.name,
+        launch_key=_launch_key(pool.name, snapshot, now),
+        launches=launches,
+        terminations=tuple(Termination(i, r) for i, r in ctx.terminations.items()),
+        cancellations=tuple(Cancellation(i, r) for i, r in ctx.cancellations.items()),
+        adoptions=tuple(a for a in ctx.adoptions if a.instance_id not in ctx.terminations),
+        marks=_mark_writes(ctx),
+        unschedulable=tuple(demand.unschedulable),
+        waiting=tuple(
+            f"{task.task} ({task.slots} slots): pool is at max_instances ({provider.max_instances})"
+            for task in demand.waiting
+        ),
+    )
+
+
+def _launches(ctx: _Context) -> tuple[tuple[Launch, ...], Demand]:
+    """New instances for pending tasks, then up to min_instances."""
+    provider = ctx.provider
+    live = _live_count(ctx)
+    demand = pack(
+        ctx.snapshot.pending if ctx.snapshot else (),
+        provider.slots_per_instance,
+        _arriving_count(ctx),
+        room=max(0, provider.max_instances - live),
+        max_instances=provider.max_instances,
+    )
+    launches = [
+        Launch(reason=f"pending tasks: {', '.join(tasks)}", tasks=tuple(tasks))
+        for tasks in demand.new_instances
+    ]
+    below_min = provider.min_instances - live - len(launches)
+    launches += [
+        Launch(reason=f"keep min_instances ({provider.min_instances})") for _ in range(below_min)
+    ]
+    return tuple(launches), demand
+
+
+def _launch_key(pool: str, snapshot: Snapshot | None, now: datetime) -> str:
+    if snapshot:
+        return f"{pool}:{snapshot.seq}"
+    # A sweep launches only to keep min_instances; one key per minute.
+    return f"{pool}:sweep:{now:%Y%m%dT%H%M}"
+
+
+def _review_spot_requests(ctx: _Context) -> None:
+    managed = {instance.id for instance in ctx.fleet.instances}
+    for request in ctx.fleet.spot_requests:
+        if request.state is RequestState.CANCELLED_INSTANCE_RUNNING and request.instance_id:
+            ctx.terminate(request.instance_id, f"its spot request {request.id} was cancelled")
+        elif request.state is RequestState.OPEN:
+            reason = _stale_request_reason(ctx, request)
+            if reason:
+                ctx.cancel(request.id, reason)
+        elif (
+            request.state is RequestState.ACTIVE
+            and request.instance_id
+            and request.instance_id not in managed
+        ):
+            ctx.adoptions.append(Adoption(request.id, request.instance_id))
+
+
+def _stale_request_reason(ctx: _Context, request: SpotRequest) -> str | None:
+    waited = ctx.now - request.created_at
+    # The starting period bounds how long capacity may take to arrive, request or not.
+    limit = ctx.provider.max_agent_starting_period
+    if waited >= limit:
+        return (
+            f"open for {format_duration(waited)} "
+            f"(max_agent_starting_period {format_duration(limit)})"
+        )
+    if request.status_code in UNFULFILLABLE_SPOT_STATUSES:
+        stuck = ctx.now - (request.status_updated_at or request.created_at)
+        if stuck >= ctx.settings.spot_request_grace:
+            return f"status {request.status_code} for {format_duration(stuck)}"
+    return None
+
+
+def _review_instances(ctx: _Context) -> None:
+    """Stopped, never registered, and disconnected too long: terminate."""
+    provider = ctx.provider
+    for instance in ctx.fleet.instances:
+        if not instance.live:
+            ctx.terminate(instance.id, f"instance is {instance.state.value}")
+            continue
+        if instance.id in ctx.agents:
+            continue
+        if instance.registered_at is None:
+            starting_for = ctx.now - instance.launched_at
+            limit = provider.max_agent_starting_period
+            if starting_for >= limit:
+                ctx.terminate(
+                    instance.id,
+                    f"launched {format_duration(starting_for)} ago and never registered "
+                    f"(max_agent_starting_period {format_duration(limit)})",
+                )
+            continue
+        since = _disconnected_since(ctx, instance)
+        limit = provider.max_disconnected_period
+        if since is not None and ctx.now - since >= limit:
+            ctx.terminate(
+                instance.id,
+                f"registered agent missing from snapshots for {format_duration(ctx.now - since)} "
+                f"(max_disconnected_period {format_duration(limit)})",
+            )
+
+
+def _disconnected_since(ctx: _Context, instance: Instance) -> datetime | None:
+    if instance.disconnected_since is not None:
+        return instance.disconnected_since
+    return ctx.seen_at if ctx.snapshot else None
+
+
+def _idle_since(ctx: _Context, instance: Instance) -> datetime | None:
+    """When the agent went idle: from the snapshot if connected, else from its mark."""
+    agent = ctx.agents.get(instance.id)
+    if agent is not None:
+        return (instance.idle_since or ctx.seen_at) if agent.idle else None
+    if ctx.snapshot or instance.disconnected_since is not None:
+        return None  # not connected now: the disconnection rule decides
+    return instance.idle_since
+
+
+def _reap_idle(ctx: _Context) -> None:
+    """Terminate agents idle past max_idle_agent_period, oldest idle first, not below min."""
+    provider = ctx.provider
+    limit = provider.max_idle_agent_period
+    idle = []
+    for instance in ctx.fleet.instances:
+        since = _idle_since(ctx, instance) if ctx.kept(instance) else None
+        if since is not None and ctx.now - since >= limit:
+            idle.append((since, instance.id))
+    live = _live_count(ctx)
+    for since, instance_id in sorted(idle):
+        if live <= provider.min_instances:
+            break
+        ctx.terminate(
+            instance_id,
+            f"idle for {format_duration(ctx.now - since)} "
+            f"(max_idle_agent_period {format_duration(limit)})",
+        )
+        live -= 1
+
+
+def _trim_to_max(ctx: _Context) -> None:
+    """Over max_instances: open requests first, then idle, never-registered, newest."""
+    limit = ctx.provider.max_instances
+    excess = _live_count(ctx) - limit
+    if excess <= 0:
+        return
+    reason = f"over max_instances ({limit})"
+    requests = sorted(
+        (r for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r)),
+        key=lambda r: (r.state is RequestState.ACTIVE, -r.created_at.timestamp()),
+    )
+    for request in requests[:excess]:
+        ctx.cancel(request.id, reason)
+        if request.state is RequestState.ACTIVE and request.instance_id:
+            ctx.terminate(request.instance_id, reason)
+    excess -= min(excess, len(requests))
+    candidates = sorted(
+        (i for i in ctx.fleet.instances if ctx.kept(i)), key=lambda i: _trim_rank(ctx, i)
+    )
+    for instance in candidates[:excess]:
+        ctx.terminate(instance.id, reason)
+
+
+def _trim_rank(ctx: _Context, instance: Instance) -> tuple[int, float]:
+    idle_since = _idle_since(ctx, instance)
+    if idle_since is not None:
+        return (0, idle_since.timestamp())  # oldest idle first
+    if instance.registered_at is None and instance.id not in ctx.agents:
+        return (1, -instance.launched_at.timestamp())
+    return (2, -instance.launched_at.timestamp())  # then the newest
+
+
+def _request_is_capacity(ctx: _Context, request: SpotRequest) -> bool:
+    """An open request, or an active one whose instance is not managed yet."""
+    if request.id in ctx.cancellations:
+        return False
+    if request.state is RequestState.OPEN:
+        return True
+    return (
+        request.state is RequestState.ACTIVE
+        and request.instance_id is not None
+        and ctx.fleet.instance(request.instance_id) is None
+        and request.instance_id not in ctx.terminations
+    )
+
+
+def _live_count(ctx: _Context) -> int:
+    """Instances and requests that are or will become agents, after this plan's removals."""
+    instances = sum(1 for i in ctx.fleet.instances if ctx.kept(i))
+    return instances + sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
+
+
+def _arriving_count(ctx: _Context) -> int:
+    """Capacity on its way: live instances not registered yet, and spot requests."""
+    starting = sum(
+        1
+        for i in ctx.fleet.instances
+        if ctx.kept(i) and i.registered_at is None and i.id not in ctx.agents
+    )
+    return starting + sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
+
+
+def _mark_writes(ctx: _Context) -> tuple[MarkWrite, ...]:
+    """What the snapshot taught about each instance, grouped into one write per value."""
+    if ctx.snapshot is None:
+        return ()
+    groups: dict[tuple[Mark, datetime | None, str], list[str]] = defaultdict(list)
+    for instance in ctx.fleet.instances:
+        if not ctx.kept(instance):
+            continue
+        for change in _mark_changes(instance, ctx.agents.get(instance.id), ctx.seen_at):
+            groups[change].append(instance.id)
+    return tuple(
+        MarkWrite(mark, value, tuple(ids), reason) for (mark, value, reason), ids in groups.items()
+    )
+
+
+def _mark_changes(
+    instance: Instance, agent: Agent | None, seen_at: datetime
+) -> list[tuple[Mark, datetime | None, str]]:
+    changes: list[tuple[Mark, datetime | None, str]] = []
+    marks = instance.marks
+    if agent is None:
+        if instance.registered_at is not None and Mark.DISCONNECTED_SINCE not in marks:
+            changes.append((Mark.DISCONNECTED_SINCE, seen_at, "agent missing from the snapshot"))
+        return changes
+    if Mark.REGISTERED not in marks:
+        changes.append((Mark.REGISTERED, seen_at, "agent connected"))
+    if Mark.DISCONNECTED_SINCE in marks:
+        changes.append((Mark.DISCONNECTED_SINCE, None, "agent connected again"))
+    if agent.idle and Mark.IDLE_SINCE not in marks:
+        changes.append((Mark.IDLE_SINCE, seen_at, "agent idle"))
+    elif not agent.idle and Mark.IDLE_SINCE in marks:
+        changes.append((Mark.IDLE_SINCE, None, "agent busy"))
+    return changes

@@ -1,0 +1,91 @@
+"""What a provider observed of a pool: its instances and spot requests, cloud-neutral.
+
+The marks (registered, idle since, disconnected since) are what earlier reconciles
+learned from snapshots and wrote on the instances as tags or labels: the cloud is the
+state, so a later run, or the sweep with no snapshot at all, reads them back here.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class InstanceState(enum.Enum):
+    """Our view of an instance's life; each adapter maps its cloud's states here once."""
+
+    STARTING = "starting"  # booting: pending on EC2, PROVISIONING/STAGING on GCE
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"  # stopped, or preempted and not deleted
+
+
+class RequestState(enum.Enum):
+    """A spot request's life, for clouds that launch spot capacity through requests."""
+
+    OPEN = "open"  # waiting for capacity
+    ACTIVE = "active"  # fulfilled: its instance exists
+    CANCELLED_INSTANCE_RUNNING = "cancelled-instance-running"  # cancelled, instance left behind
+
+
+class Mark(enum.Enum):
+    """What reconciles record on an instance; values are the tag or label suffixes."""
+
+    REGISTERED = "registered"
+    IDLE_SINCE = "idle-since"
+    DISCONNECTED_SINCE = "disconnected-since"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A managed instance of the pool."""
+
+    id: str
+    state: InstanceState
+    launched_at: datetime
+    marks: dict[Mark, datetime] = field(default_factory=dict)
+    # The spot request that launched it, if any.
+    spot_request_id: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.state in (InstanceState.STARTING, InstanceState.RUNNING)
+
+    @property
+    def registered_at(self) -> datetime | None:
+        return self.marks.get(Mark.REGISTERED)
+
+    @property
+    def idle_since(self) -> datetime | None:
+        return self.marks.get(Mark.IDLE_SINCE)
+
+    @property
+    def disconnected_since(self) -> datetime | None:
+        return self.marks.get(Mark.DISCONNECTED_SINCE)
+
+
+@dataclass(frozen=True)
+class SpotRequest:
+    """A managed spot request of the pool."""
+
+    id: str
+    state: RequestState
+    created_at: datetime
+    status_code: str = ""
+    status_updated_at: datetime | None = None
+    instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Everything observed of one pool in one pass."""
+
+    instances: tuple[Instance, ...] = ()
+    spot_requests: tuple[SpotRequest, ...] = ()
+
+    def instance(self, instance_id: str) -> Instance | None:
+        for instance in self.instances:
+            if instance.id == instance_id:
+                return instance
+        return None

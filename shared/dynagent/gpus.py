@@ -1,0 +1,33 @@
+"""GPUs per EC2 instance type, for pools that do not set ``instance_slots``.
+
+Figures are from the EC2 accelerated-computing instance pages. A type missing here
+needs ``instance_slots`` in the pool's config (checked when the config loads).
+"""
+
+from __future__ import annotations
+
+_ONE_GPU_SIZES = ("xlarge", "2xlarge", "4xlarge", "8xlarge", "16xlarge")
+
+
+def _family(name: str, singles: tuple[str, ...], multi: dict[str, int]) -> dict[str, int]:
+    table = {f"{name}.{size}": 1 for size in singles}
+    table.update({f"{name}.{size}": gpus for size, gpus in multi.items()})
+    return table
+
+
+AWS_GPUS_PER_INSTANCE: dict[str, int] = {
+    "p2.xlarge": 1, "p2.8xlarge": 8, "p2.16xlarge": 16,
+    "p3.2xlarge": 1, "p3.8xlarge": 4, "p3.16xlarge": 8, "p3dn.24xlarge": 8,
+    "p4d.24xlarge": 8, "p4de.24xlarge": 8,
+    "p5.48xlarge": 8, "p5e.48xlarge": 8, "p5en.48xlarge": 8,
+    "g3s.xlarge": 1, "g3.4xlarge": 1, "g3.8xlarge": 2, "g3.16xlarge": 4,
+    **_family("g4dn", _ONE_GPU_SIZES, {"12xlarge": 4, "metal": 8}),
+    **_family("g5", _ONE_GPU_SIZES, {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
+    **_family("g6", _ONE_GPU_SIZES, {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
+    **_family("g6e", _ONE_GPU_SIZES, {"12xlarge": 4, "24xlarge": 4, "48xlarge": 8}),
+}  # fmt: skip
+
+
+def aws_gpus(instance_type: str) -> int | None:
+    """GPUs of an EC2 instance type, or None when the table does not know it."""
+    return AWS_GPUS_PER_INSTANCE.get(instance_type)

@@ -1,0 +1,99 @@
+"""A Plan: what one reconcile or sweep will do to a pool, each action with its reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from dynagent.fleet import Mark
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One new instance; a plan's launches go to the cloud in one call."""
+
+    reason: str
+    tasks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Termination:
+    instance_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """Cancel a spot request that has not produced a useful instance."""
+
+    request_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """Tag the instance a managed spot request launched, so it is managed too.
+
+    EC2 does not copy a spot request's tags to its instance.
+    """
+
+    request_id: str
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class MarkWrite:
+    """Set (or, with value None, remove) one mark on instances: one cloud call each."""
+
+    mark: Mark
+    value: datetime | None
+    instance_ids: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unschedulable:
+    """A pending task no fleet of this pool could ever run."""
+
+    task: str
+    slots: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    pool: str
+    # Launch tokens derive from this and the launch index, so a replay launches nothing new.
+    launch_key: str
+    launches: tuple[Launch, ...] = ()
+    terminations: tuple[Termination, ...] = ()
+    cancellations: tuple[Cancellation, ...] = ()
+    adoptions: tuple[Adoption, ...] = ()
+    marks: tuple[MarkWrite, ...] = ()
+    unschedulable: tuple[Unschedulable, ...] = ()
+    # Demand left unmet for now (the pool is at max_instances), said for the log.
+    waiting: tuple[str, ...] = ()
+
+    @property
+    def changes_nothing(self) -> bool:
+        return not (
+            self.launches or self.terminations or self.cancellations or self.adoptions or self.marks
+        )
+
+    def describe(self) -> list[str]:
+        """One line per action, for logs and ``dynagent plan``."""
+        lines = [f"launch 1 instance: {launch.reason}" for launch in self.launches]
+        lines += [f"terminate {t.instance_id}: {t.reason}" for t in self.terminations]
+        lines += [f"cancel spot request {c.request_id}: {c.reason}" for c in self.cancellations]
+        lines += [
+            f"tag {a.instance_id} as managed: launched by spot request {a.request_id}"
+            for a in self.adoptions
+        ]
+        for write in self.marks:
+            verb = f"set {write.mark.value}" if write.value else f"clear {write.mark.value}"
+            lines.append(f"{verb} on {', '.join(write.instance_ids)}: {write.reason}")
+        lines += [
+            f"unschedulable {u.task} ({u.slots} slots): {u.reason}" for u in self.unschedulable
+        ]
+        lines += [f"waiting: {note}" for note in self.waiting]
+        return lines

@@ -1,0 +1,110 @@
+"""The wire contract: a pool snapshot, version 1.
+
+A snapshot is the whole truth about one pool at one moment (level-triggered): the
+tasks the master could not place and the agents connected in the pool. Replaying one
+is harmless; a later one supersedes it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SNAPSHOT_TYPE: Final = "pool.snapshot"
+SNAPSHOT_VERSION: Final = 1
+
+
+class InvalidSnapshot(ValueError):
+    """A message that is not a snapshot we can apply; never worth retrying."""
+
+
+class _Wire(BaseModel):
+    # Unknown fields are ignored so a newer master can add some within version 1.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class PendingTask(_Wire):
+    """A task the master could not place, and the slots (GPUs) it asks for."""
+
+    task: str = Field(min_length=1)
+    slots: int = Field(ge=0)
+
+
+class Agent(_Wire):
+    """An agent connected to the master; ``id`` is the instance id for dynamic agents."""
+
+    id: str = Field(min_length=1)
+    slots: int = Field(ge=0)
+    used_slots: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _used_within_slots(self) -> Agent:
+        if self.used_slots > self.slots:
+            raise ValueError(f"used_slots ({self.used_slots}) exceeds slots ({self.slots})")
+        return self
+
+    @property
+    def idle(self) -> bool:
+        return self.used_slots == 0
+
+
+class Snapshot(_Wire):
+    """One pool's pending tasks and connected agents at ``time``; ``seq`` orders them."""
+
+    type: Literal["pool.snapshot"] = SNAPSHOT_TYPE
+    version: Literal[1] = SNAPSHOT_VERSION
+    pool: Annotated[str, Field(min_length=1)]
+    seq: Annotated[int, Field(ge=0)]
+    time: AwareDatetime
+    pending: tuple[PendingTask, ...] = ()
+    agents: tuple[Agent, ...] = ()
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @property
+    def dedup_id(self) -> str:
+        """Identifies this snapshot to the queue, so a resend is dropped there."""
+        return f"{self.pool}:{self.seq}"
+
+
+def parse_snapshot(body: str | bytes) -> Snapshot:
+    """Parse a message body; raise InvalidSnapshot saying what is wrong with it."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise InvalidSnapshot(f"not JSON: {error}") from None
+    return snapshot_from_document(document)
+
+
+def snapshot_from_document(document: Any) -> Snapshot:
+    if not isinstance(document, dict):
+        raise InvalidSnapshot("not a JSON object")
+    kind = document.get("type")
+    if kind != SNAPSHOT_TYPE:
+        raise InvalidSnapshot(f"type is {kind!r}, expected {SNAPSHOT_TYPE!r}")
+    version = document.get("version")
+    if version != SNAPSHOT_VERSION:
+        raise InvalidSnapshot(
+            f"version {version!r} is not one this function knows (it reads {SNAPSHOT_VERSION})"
+        )
+    try:
+        return Snapshot.model_validate(document)
+    except ValidationError as error:
+        raise InvalidSnapshot(_describe(error)) from None
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"])
+        problems.append(f"{path}: {item['msg'].removeprefix('Value error, ')}")
+    return "; ".join(problems)
+
+
+def snapshot_age(snapshot: Snapshot, now: datetime) -> float:
+    """Seconds between the snapshot's time and now (negative when it is from the future)."""
+    return (now - snapshot.time).total_seconds()
