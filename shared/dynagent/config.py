@@ -119,7 +119,7 @@ class AwsProvider(ProvisionerFields):
     @classmethod
     def _price(cls, price: str | None) -> str | None:
         if price is not None and (not _PRICE.match(price) or float(price) <= 0):
-            raise ValueError(f"{price!r} is not a price in dollars per hour, like \"3.50\"")
+            raise ValueError(f'{price!r} is not a price in dollars per hour, like "3.50"')
         return price
 
     @model_validator(mode="after")
@@ -142,7 +142,7 @@ class AwsProvider(ProvisionerFields):
         return gpus
 
 
-Provider = AwsProvider
+ProviderConfig = AwsProvider
 
 # Pool-level keys of Determined's resource pools that the autoscaler has no use for.
 _DETERMINED_POOL_KEYS = frozenset(
@@ -160,7 +160,7 @@ class Pool(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    provider: Provider
+    provider: ProviderConfig
 
 
 class Settings(_Strict):

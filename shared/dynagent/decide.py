@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dynagent.config import Pool, Provider, Settings
+from dynagent.config import Pool, ProviderConfig, Settings
 from dynagent.durations import format_duration
 from dynagent.fleet import Fleet, Instance, Mark, RequestState, SpotRequest
 from dynagent.packing import Demand, pack
@@ -51,7 +51,7 @@ class _Context:
     adoptions: list[Adoption] = field(default_factory=list)
 
     @property
-    def provider(self) -> Provider:
+    def provider(self) -> ProviderConfig:
         return self.pool.provider
 
     @property
@@ -92,7 +92,8 @@ def decide(
         launches=launches,
         terminations=tuple(Termination(i, r) for i, r in ctx.terminations.items()),
         cancellations=tuple(Cancellation(i, r) for i, r in ctx.cancellations.items()),
-        adoptions=tuple(a for a in ctx.adoptions if a.instance_id not in ctx.terminations),
+        # Adopted before terminated: the managed tags are what allow the terminate.
+        adoptions=tuple(ctx.adoptions),
         marks=_mark_writes(ctx),
         unschedulable=tuple(demand.unschedulable),
         waiting=tuple(
@@ -135,6 +136,8 @@ def _review_spot_requests(ctx: _Context) -> None:
     managed = {instance.id for instance in ctx.fleet.instances}
     for request in ctx.fleet.spot_requests:
         if request.state is RequestState.CANCELLED_INSTANCE_RUNNING and request.instance_id:
+            if request.instance_id not in managed:
+                ctx.adoptions.append(Adoption(request.id, request.instance_id))
             ctx.terminate(request.instance_id, f"its spot request {request.id} was cancelled")
         elif request.state is RequestState.OPEN:
             reason = _stale_request_reason(ctx, request)

@@ -1,0 +1,38 @@
+"""AWS Lambda entry points: ``app.reconcile`` (SQS FIFO batches) and ``app.sweep`` (schedule).
+
+They parse, call the shared reconcile code, and report; no logic of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from dynagent.aws.functions import AwsFunctions
+
+logger = Logger(service="dynagent")
+_functions: AwsFunctions | None = None
+
+
+def _current() -> AwsFunctions:
+    # Built on first use and kept while the Lambda environment is warm.
+    global _functions
+    if _functions is None:
+        _functions = AwsFunctions.from_environment(logger)
+    return _functions
+
+
+@logger.inject_lambda_context
+def reconcile(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return _current().reconcile_batch(event, context)
+
+
+@logger.inject_lambda_context
+def sweep(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    outcomes = _current().sweep()
+    failed = [outcome.pool for outcome in outcomes if outcome.error]
+    if failed:
+        # Fail the invocation so the function's Errors metric shows it; pools are logged.
+        raise RuntimeError(f"sweep failed for pool(s): {', '.join(failed)}")
+    return {"pools": [outcome.report() for outcome in outcomes]}

@@ -1,0 +1,335 @@
+"""The EC2 adapter: the Provider contract for one pool, with boto3.
+
+Every call selects or carries the managed tag pair, so nothing without it is touched;
+the IAM policy in template.yaml enforces the same rule on AWS's side.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from dynagent.config import AwsProvider, Pool, Settings
+from dynagent.fleet import Fleet, Instance, RequestState, SpotRequest
+from dynagent.plan import Adoption, Cancellation, Launch, MarkWrite, Termination
+from dynagent.provider import LaunchResult
+from dynagent.userdata import agent_startup_script
+
+from . import tags
+
+# EC2 takes at most this many ids in one TerminateInstances or CreateTags call.
+MAX_IDS_PER_CALL = 1000
+# Errors a launch reports as its result: retrying the same request will not help.
+LAUNCH_REFUSALS = frozenset(
+    {
+        "InsufficientInstanceCapacity", "InstanceLimitExceeded", "VcpuLimitExceeded",
+        "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow", "Unsupported",
+        "InvalidParameterValue", "InvalidParameterCombination", "InvalidAMIID.NotFound",
+        "InvalidAMIID.Malformed", "InvalidSubnetID.NotFound", "InvalidGroup.NotFound",
+        "InvalidKeyPair.NotFound", "UnauthorizedOperation",
+    }
+)  # fmt: skip
+_NOT_FOUND = frozenset({"InvalidInstanceID.NotFound", "InvalidSpotInstanceRequestID.NotFound"})
+# IMDSv2: a session token, then the instance id.
+_AGENT_ID_COMMAND = (
+    'curl -sf -H "X-aws-ec2-metadata-token: $(curl -sf -X PUT '
+    "http://169.254.169.254/latest/api/token "
+    '-H "X-aws-ec2-metadata-token-ttl-seconds: 300")" '
+    "http://169.254.169.254/latest/meta-data/instance-id"
+)
+
+
+class LaunchNotVisible(RuntimeError):
+    """Launched instances did not show in describe calls in time; retrying is safe."""
+
+
+def client_token(launch_key: str, index: int = 0) -> str:
+    """EC2's idempotency token (at most 64 ASCII characters) for a plan's launch call."""
+    digest = hashlib.sha256(f"{launch_key}#{index}".encode()).hexdigest()
+    return f"dynagent-{digest[:48]}"
+
+
+def error_code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+class Ec2Provider:
+    """Observe and change one pool's EC2 fleet."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        ec2: Any,
+        settings: Settings | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not isinstance(pool.provider, AwsProvider):
+            raise TypeError(f"pool {pool.name!r} is not an AWS pool")
+        self.pool = pool
+        self.config: AwsProvider = pool.provider
+        self.ec2 = ec2
+        self.settings = settings or Settings()
+        self.clock = clock
+        self.sleep = sleep
+        self._root_device: str | None = None
+
+    # Observe
+
+    def observe(self) -> Fleet:
+        instances = tuple(self._instances(self._filters(_LIVE_STATES)))
+        requests = tuple(self._spot_requests()) if self.config.spot else ()
+        return Fleet(instances=instances, spot_requests=requests)
+
+    def _filters(self, states: list[str]) -> list[dict[str, object]]:
+        return [
+            *tags.managed_filters(self.config, self.pool.name),
+            {"Name": "instance-state-name", "Values": states},
+        ]
+
+    def _instances(self, filters: list[dict[str, object]], **ids: Any) -> Iterator[Instance]:
+        pages = self.ec2.get_paginator("describe_instances").paginate(
+            Filters=filters, **ids, **({} if ids else {"PaginationConfig": {"PageSize": 1000}})
+        )
+        for page in pages:
+            for reservation in page["Reservations"]:
+                for item in reservation["Instances"]:
+                    state = tags.INSTANCE_STATES.get(item["State"]["Name"])
+                    if state is not None:
+                        yield Instance(
+                            id=item["InstanceId"],
+                            state=state,
+                            launched_at=item["LaunchTime"],
+                            marks=tags.marks_from_tags(item.get("Tags", [])),
+                            spot_request_id=item.get("SpotInstanceRequestId"),
+                        )
+
+    def _spot_requests(self) -> Iterator[SpotRequest]:
+        pages = self.ec2.get_paginator("describe_spot_instance_requests").paginate(
+            Filters=[
+                *tags.managed_filters(self.config, self.pool.name),
+                {"Name": "state", "Values": ["open", "active", "cancelled"]},
+            ],
+            PaginationConfig={"PageSize": 1000},
+        )
+        for page in pages:
+            for item in page["SpotInstanceRequests"]:
+                request = _spot_request(item)
+                if request is not None:
+                    yield request
+
+    # Launch
+
+    def launch(self, launches: tuple[Launch, ...], launch_key: str) -> LaunchResult:
+        if not launches:
+            return LaunchResult()
+        try:
+            if self.config.spot:
+                result = self._request_spot(len(launches), launch_key)
+            else:
+                result = self._run_instances(len(launches), launch_key)
+        except ClientError as error:
+            code = error_code(error)
+            if code == "IdempotentParameterMismatch":
+                # An earlier try of this same snapshot launched already, with another count.
+                return LaunchResult(replayed=True)
+            if code in LAUNCH_REFUSALS:
+                return LaunchResult(error=f"{code}: {error.response['Error'].get('Message', '')}")
+            raise
+        self._wait_visible(result.started)
+        return result
+
+    def _run_instances(self, count: int, launch_key: str) -> LaunchResult:
+        request = self._launch_specification(launch_key)
+        request["TagSpecifications"] = self._tag_specifications(launch_key, ["instance", "volume"])
+        request["MetadataOptions"] = {"HttpTokens": "required", "HttpEndpoint": "enabled"}
+        request["InstanceInitiatedShutdownBehavior"] = "terminate"
+        request["UserData"] = self._user_data()
+        response = self.ec2.run_instances(
+            MinCount=1, MaxCount=count, ClientToken=client_token(launch_key), **request
+        )
+        return LaunchResult(started=tuple(i["InstanceId"] for i in response["Instances"]))
+
+    def _request_spot(self, count: int, launch_key: str) -> LaunchResult:
+        specification = self._launch_specification(launch_key)
+        specification["UserData"] = base64.b64encode(self._user_data().encode()).decode()
+        extra = {"SpotPrice": self.config.spot_max_price} if self.config.spot_max_price else {}
+        response = self.ec2.request_spot_instances(
+            InstanceCount=count,
+            Type="one-time",
+            ValidUntil=self.clock() + self.settings.spot_request_valid_for,
+            ClientToken=client_token(launch_key),
+            LaunchSpecification=specification,
+            TagSpecifications=self._tag_specifications(launch_key, ["spot-instances-request"]),
+            **extra,
+        )
+        requests = response["SpotInstanceRequests"]
+        return LaunchResult(started=tuple(r["SpotInstanceRequestId"] for r in requests))
+
+    def _launch_specification(self, launch_key: str) -> dict[str, Any]:
+        """What RunInstances and a spot request's LaunchSpecification share."""
+        config = self.config
+        spec: dict[str, Any] = {
+            "ImageId": config.image_id,
+            "InstanceType": config.instance_type,
+            "BlockDeviceMappings": [
+                {
+                    "DeviceName": self._root_device_name(),
+                    "Ebs": {
+                        "VolumeSize": config.root_volume_size,
+                        "VolumeType": "gp3",
+                        "DeleteOnTermination": True,
+                    },
+                }
+            ],
+        }
+        if config.ssh_key_name:
+            spec["KeyName"] = config.ssh_key_name
+        if config.iam_instance_profile_arn:
+            spec["IamInstanceProfile"] = {"Arn": config.iam_instance_profile_arn}
+        network = config.network_interface
+        if network.subnet_id or network.security_group_id:
+            interface: dict[str, Any] = {
+                "DeviceIndex": 0,
+                "AssociatePublicIpAddress": network.public_ip,
+                "DeleteOnTermination": True,
+            }
+            if network.subnet_id:
+                interface["SubnetId"] = network.subnet_id
+            if network.security_group_id:
+                interface["Groups"] = [network.security_group_id]
+            spec["NetworkInterfaces"] = [interface]
+        return spec
+
+    def _root_device_name(self) -> str:
+        """The image's root device, so the size applies to the root volume itself."""
+        if self._root_device is None:
+            images = self.ec2.describe_images(ImageIds=[self.config.image_id])["Images"]
+            self._root_device = images[0].get("RootDeviceName", "/dev/sda1") if images else None
+        return self._root_device or "/dev/sda1"
+
+    def _tag_specifications(self, launch_key: str, kinds: Sequence[str]) -> list[dict[str, Any]]:
+        pool = self.pool.name
+        launch_tag = {"Key": tags.LAUNCH_KEY_TAG, "Value": launch_key}
+        specs = []
+        for kind in kinds:
+            base = (
+                tags.instance_tags(self.config, pool)
+                if kind != "spot-instances-request"
+                else tags.identity_tags(self.config, pool)
+            )
+            specs.append({"ResourceType": kind, "Tags": [*base, launch_tag]})
+        return specs
+
+    def _user_data(self) -> str:
+        return agent_startup_script(self.config, self.pool.name, _AGENT_ID_COMMAND)
+
+    def _wait_visible(self, started: tuple[str, ...]) -> None:
+        """Poll until describe calls show every launch, so the next pass counts them."""
+        if not started:
+            return
+        deadline = self.clock() + self.settings.launch_visibility_timeout
+        delay = 0.25
+        while True:
+            missing = set(started) - self._visible(started)
+            if not missing:
+                return
+            if self.clock() >= deadline:
+                raise LaunchNotVisible(
+                    f"pool {self.pool.name!r}: {len(missing)} launched resource(s) not visible "
+                    f"after {self.settings.launch_visibility_timeout}: {sorted(missing)}"
+                )
+            self.sleep(delay)
+            delay = min(delay * 2, 4.0)
+
+    def _visible(self, ids: tuple[str, ...]) -> set[str]:
+        filters = tags.managed_filters(self.config, self.pool.name)
+        try:
+            if self.config.spot:
+                response = self.ec2.describe_spot_instance_requests(
+                    SpotInstanceRequestIds=list(ids), Filters=filters
+                )
+                return {r["SpotInstanceRequestId"] for r in response["SpotInstanceRequests"]}
+            return {
+                i.id for i in self._instances(self._filters(_ALL_STATES), InstanceIds=list(ids))
+            }
+        except ClientError as error:
+            if error_code(error) in _NOT_FOUND:
+                return set()
+            raise
+
+    # Change
+
+    def terminate(self, terminations: tuple[Termination, ...]) -> None:
+        for chunk in _chunks([t.instance_id for t in terminations]):
+            try:
+                self.ec2.terminate_instances(InstanceIds=chunk)
+            except ClientError as error:
+                if error_code(error) not in _NOT_FOUND:
+                    raise
+                # One unknown id fails the call: retry with those that still exist.
+                by_id: list[dict[str, object]] = [
+                    *tags.managed_filters(self.config, self.pool.name),
+                    {"Name": "instance-id", "Values": chunk},
+                ]
+                existing = [i.id for i in self._instances(by_id)]
+                if existing:
+                    self.ec2.terminate_instances(InstanceIds=existing)
+
+    def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
+        for chunk in _chunks([c.request_id for c in cancellations]):
+            try:
+                self.ec2.cancel_spot_instance_requests(SpotInstanceRequestIds=chunk)
+            except ClientError as error:
+                if error_code(error) not in _NOT_FOUND:
+                    raise
+
+    def adopt(self, adoptions: tuple[Adoption, ...]) -> None:
+        ids = sorted({a.instance_id for a in adoptions})
+        for chunk in _chunks(ids):
+            self.ec2.create_tags(
+                Resources=chunk, Tags=tags.instance_tags(self.config, self.pool.name)
+            )
+
+    def write_marks(self, marks: tuple[MarkWrite, ...]) -> None:
+        for write in marks:
+            key = tags.MARK_TAGS[write.mark]
+            for chunk in _chunks(list(write.instance_ids)):
+                if write.value is None:
+                    self.ec2.delete_tags(Resources=chunk, Tags=[{"Key": key}])
+                else:
+                    value = tags.format_time(write.value)
+                    self.ec2.create_tags(Resources=chunk, Tags=[{"Key": key, "Value": value}])
+
+
+_LIVE_STATES = ["pending", "running", "stopping", "stopped"]
+_ALL_STATES = [*_LIVE_STATES, "shutting-down", "terminated"]
+
+
+def _spot_request(item: dict[str, Any]) -> SpotRequest | None:
+    status = item.get("Status", {})
+    code = status.get("Code", "")
+    state = tags.SPOT_REQUEST_STATES.get(item["State"])
+    if item["State"] == "cancelled" and code == tags.CANCELLED_INSTANCE_RUNNING:
+        state = RequestState.CANCELLED_INSTANCE_RUNNING
+    if state is None:
+        return None
+    return SpotRequest(
+        id=item["SpotInstanceRequestId"],
+        state=state,
+        created_at=item["CreateTime"],
+        status_code=code,
+        status_updated_at=status.get("UpdateTime"),
+        instance_id=item.get("InstanceId"),
+    )
+
+
+def _chunks(ids: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(ids), MAX_IDS_PER_CALL):
+        yield ids[start : start + MAX_IDS_PER_CALL]

@@ -1,0 +1,153 @@
+"""What the two Lambda functions run: an SQS batch of snapshots, and the sweep.
+
+``functions/aws/app.py`` only wires these to Lambda; everything here takes its clients,
+clock and logger as arguments, so tests drive it with real-shaped events.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import (
+    SqsFifoPartialProcessor,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from dynagent.config import Config, Pool, load_config
+from dynagent.reconcile import Outcome, apply_snapshot, newest_per_pool, sweep
+from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
+
+from .clients import ec2_client, sqs_client
+from .ec2 import Ec2Provider
+from .sqs import send_dead_letter
+
+CONFIG_ENV = "DYNAGENT_CONFIG"
+DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_QUEUE_URL"
+
+
+@dataclass
+class AwsFunctions:
+    """The reconcile and sweep functions over one config, with injected collaborators."""
+
+    config: Config
+    ec2_for_region: Callable[[str], Any] = ec2_client
+    sqs: Any = None
+    dead_letter_url: str | None = None
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    sleep: Callable[[float], None] = time.sleep
+    logger: Any = field(default_factory=lambda: logging.getLogger("dynagent"))
+
+    @classmethod
+    def from_environment(cls, logger: Any) -> AwsFunctions:
+        """Config from ``DYNAGENT_CONFIG``; the dead-letter queue from its variable."""
+        path = os.environ.get(CONFIG_ENV)
+        if not path:
+            raise RuntimeError(f"set {CONFIG_ENV} to the path of the pool config file")
+        dead_letter_url = os.environ.get(DEAD_LETTER_ENV) or None
+        return cls(
+            config=load_config(path),
+            sqs=sqs_client() if dead_letter_url else None,
+            dead_letter_url=dead_letter_url,
+            logger=logger,
+        )
+
+    def provider(self, pool: Pool) -> Ec2Provider:
+        return Ec2Provider(
+            pool,
+            self.ec2_for_region(pool.provider.region),
+            self.config.settings,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+
+    # The reconcile function
+
+    def reconcile_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """Apply a batch of SQS FIFO records; report the failed ones for redelivery.
+
+        Within a batch only each pool's newest snapshot is applied: it is the whole
+        truth, the older ones are superseded. A failed record fails the rest of its
+        pool's group in the batch (order), never other pools'.
+        """
+        records = [SQSRecord(raw) for raw in event.get("Records", [])]
+        parsed = {record.message_id: _parse(record.body) for record in records}
+        newest = newest_per_pool(s for s in parsed.values() if isinstance(s, Snapshot))
+
+        def handle(record: SQSRecord) -> None:
+            self._handle_record(record, parsed[record.message_id], newest)
+
+        response = process_partial_response(
+            event=event,
+            record_handler=handle,
+            processor=SqsFifoPartialProcessor(skip_group_on_error=True),
+            context=context,
+        )
+        return dict(response)
+
+    def _handle_record(
+        self, record: SQSRecord, parsed: Snapshot | InvalidSnapshot, newest: dict[str, int]
+    ) -> None:
+        if isinstance(parsed, InvalidSnapshot):
+            self._set_aside(record, str(parsed))
+            return
+        if parsed.seq < newest[parsed.pool]:
+            self._log_outcome(
+                Outcome(parsed.pool, seq=parsed.seq, skipped="a newer snapshot is in the batch")
+            )
+            return
+        try:
+            outcome = apply_snapshot(self.config, parsed, self.provider, self.clock())
+        except InvalidSnapshot as error:  # a pool this config does not manage
+            self._set_aside(record, str(error))
+            return
+        self._log_outcome(outcome)
+
+    def _set_aside(self, record: SQSRecord, reason: str) -> None:
+        """Bad messages go to the dead-letter queue at once: retrying cannot fix them."""
+        group = record.attributes.message_group_id
+        self.logger.error(
+            "message is not a snapshot we can apply; sent to the dead-letter queue",
+            extra={"message_id": record.message_id, "group": group, "reason": reason},
+        )
+        if self.dead_letter_url and self.sqs is not None:
+            send_dead_letter(
+                self.sqs, self.dead_letter_url, record.body, reason, record.message_id, group
+            )
+        else:
+            self.logger.error(
+                f"no {DEAD_LETTER_ENV} set: the message is dropped",
+                extra={"message_id": record.message_id, "body": record.body},
+            )
+
+    # The sweep function
+
+    def sweep(self) -> list[Outcome]:
+        outcomes = sweep(self.config, self.provider, self.clock())
+        for outcome in outcomes:
+            self._log_outcome(outcome)
+        return outcomes
+
+    def _log_outcome(self, outcome: Outcome) -> None:
+        report = outcome.report()
+        if outcome.error:
+            self.logger.error("pool pass failed", extra=report)
+        elif outcome.launch is not None and outcome.launch.error:
+            self.logger.error("launch refused by the cloud", extra=report)
+        elif outcome.plan is not None and outcome.plan.unschedulable:
+            self.logger.warning("pool has unschedulable tasks", extra=report)
+        else:
+            self.logger.info("pool reconciled" if not outcome.skipped else "skipped", extra=report)
+
+
+def _parse(body: str | None) -> Snapshot | InvalidSnapshot:
+    try:
+        return parse_snapshot(body or "")
+    except InvalidSnapshot as error:
+        return error

@@ -1,0 +1,56 @@
+"""The one contract every cloud adapter implements, for one pool.
+
+Assumptions, as the adapters meet them:
+- The cloud is eventually consistent: ``launch`` waits (bounded) until what it started
+  shows in ``observe``, so the next reconcile of the pool cannot miss it and launch again.
+- Launches are idempotent by a token derived from the plan's ``launch_key``: replaying a
+  snapshot never starts a second set of instances.
+- Launch failures the cloud reports (capacity, quota, bad parameters) come back as data
+  in ``LaunchResult``; errors worth retrying (throttling, network) are raised.
+- "Not found" on terminate or cancel counts as done.
+- Only instances and requests carrying the pool's managed tag or label pair are ever
+  observed or touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from dynagent.fleet import Fleet
+from dynagent.plan import Adoption, Cancellation, Launch, MarkWrite, Termination
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """What a launch started: instance ids, or request ids for spot requests."""
+
+    started: tuple[str, ...] = ()
+    # The cloud's own words when it refused, e.g. "InsufficientInstanceCapacity: ...".
+    error: str | None = None
+    # True when the launch token had been used already: an earlier run launched these.
+    replayed: bool = False
+
+
+class Provider(Protocol):
+    """Observe and change one pool's fleet in one cloud."""
+
+    def observe(self) -> Fleet:
+        """Every managed instance and spot request of the pool, all pages."""
+        ...
+
+    def launch(self, launches: tuple[Launch, ...], launch_key: str) -> LaunchResult:
+        """Start one instance per launch, in one call, then wait until they are visible."""
+        ...
+
+    def terminate(self, terminations: tuple[Termination, ...]) -> None: ...
+
+    def cancel(self, cancellations: tuple[Cancellation, ...]) -> None: ...
+
+    def adopt(self, adoptions: tuple[Adoption, ...]) -> None:
+        """Put the managed tags on instances that managed spot requests launched."""
+        ...
+
+    def write_marks(self, marks: tuple[MarkWrite, ...]) -> None:
+        """Record marks on instances: one cloud call per write."""
+        ...

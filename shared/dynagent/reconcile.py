@@ -1,0 +1,129 @@
+"""One pass over a pool: observe, decide, act. The same for every cloud and entry point.
+
+Handlers parse their event and call ``apply_snapshot`` or ``sweep``; the cloud comes in
+as a ``Provider`` and the time as ``now``, so tests and the demo run this very code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dynagent.config import Config, Pool, Settings
+from dynagent.decide import decide
+from dynagent.durations import format_duration
+from dynagent.plan import Plan
+from dynagent.provider import LaunchResult, Provider
+from dynagent.snapshot import InvalidSnapshot, Snapshot
+
+ProviderFactory = Callable[[Pool], Provider]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a pass did to one pool, for the log and the caller's report."""
+
+    pool: str
+    plan: Plan | None = None
+    launch: LaunchResult | None = None
+    seq: int | None = None
+    # Set when the pass did nothing on purpose (a stale or superseded snapshot).
+    skipped: str | None = None
+    # Set when the pass failed; the sweep goes on with the other pools.
+    error: str | None = None
+
+    def report(self) -> dict[str, Any]:
+        """A JSON-ready summary: every action with its reason."""
+        summary: dict[str, Any] = {"pool": self.pool, "seq": self.seq}
+        if self.skipped:
+            summary["skipped"] = self.skipped
+        if self.error:
+            summary["error"] = self.error
+        if self.plan is not None:
+            summary["actions"] = self.plan.describe()
+            summary["unschedulable"] = [
+                {"task": u.task, "slots": u.slots, "reason": u.reason}
+                for u in self.plan.unschedulable
+            ]
+        if self.launch is not None:
+            summary["launched"] = list(self.launch.started)
+            if self.launch.error:
+                summary["launch_error"] = self.launch.error
+            if self.launch.replayed:
+                summary["launch_replayed"] = True
+        return summary
+
+
+def reconcile(
+    pool: Pool,
+    provider: Provider,
+    snapshot: Snapshot | None,
+    now: datetime,
+    settings: Settings | None = None,
+) -> Outcome:
+    """Observe the pool's fleet, decide, and carry the plan out."""
+    fleet = provider.observe()
+    plan = decide(pool, fleet, snapshot, now, settings)
+    launch = apply(plan, provider)
+    return Outcome(pool.name, plan, launch, seq=snapshot.seq if snapshot else None)
+
+
+def apply(plan: Plan, provider: Provider) -> LaunchResult | None:
+    """Carry a plan out, in the order that keeps each step allowed and safe."""
+    # Cancel first, so a request does not turn into an instance we then must reap.
+    if plan.cancellations:
+        provider.cancel(plan.cancellations)
+    # Adopt before anything else touches those instances: their tags are the permission.
+    if plan.adoptions:
+        provider.adopt(plan.adoptions)
+    if plan.marks:
+        provider.write_marks(plan.marks)
+    if plan.terminations:
+        provider.terminate(plan.terminations)
+    if plan.launches:
+        return provider.launch(plan.launches, plan.launch_key)
+    return None
+
+
+def apply_snapshot(
+    config: Config, snapshot: Snapshot, providers: ProviderFactory, now: datetime
+) -> Outcome:
+    """Reconcile the snapshot's pool, unless the snapshot is too old to trust."""
+    try:
+        pool = config.pool(snapshot.pool)
+    except KeyError as error:
+        raise InvalidSnapshot(str(error.args[0])) from None
+    age = now - snapshot.time
+    limit = config.settings.max_snapshot_age
+    if age > limit:
+        return Outcome(
+            pool.name,
+            seq=snapshot.seq,
+            skipped=f"snapshot is {format_duration(age)} old "
+            f"(max_snapshot_age {format_duration(limit)}); a newer one supersedes it",
+        )
+    return reconcile(pool, providers(pool), snapshot, now, config.settings)
+
+
+def sweep(config: Config, providers: ProviderFactory, now: datetime) -> list[Outcome]:
+    """Reconcile every pool with no snapshot: reap by what the cloud shows alone.
+
+    One pool's failure does not stop the others; it is in its Outcome's ``error``.
+    """
+    outcomes = []
+    for pool in config.pools.values():
+        try:
+            outcomes.append(reconcile(pool, providers(pool), None, now, config.settings))
+        except Exception as error:
+            outcomes.append(Outcome(pool.name, error=f"{type(error).__name__}: {error}"))
+    return outcomes
+
+
+def newest_per_pool(snapshots: Iterable[Snapshot]) -> dict[str, int]:
+    """The highest seq of each pool among a batch: older ones are superseded by it."""
+    newest: dict[str, int] = {}
+    for snapshot in snapshots:
+        newest[snapshot.pool] = max(snapshot.seq, newest.get(snapshot.pool, snapshot.seq))
+    return newest
