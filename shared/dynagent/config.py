@@ -80,9 +80,11 @@ class ProvisionerFields(_Strict):
     max_agent_starting_period: Duration = timedelta(minutes=20)
     # Ours: a registered agent missing from the snapshots this long is reaped.
     max_disconnected_period: Duration = timedelta(minutes=10)
-    # Determined's launch retry knobs; accepted so a pasted config loads.
+    # Determined's launch retry and agent logging knobs; accepted so a pasted config
+    # loads. Launch errors here are retried by the next snapshot, not by a timer.
     launch_error_timeout: Duration = timedelta(0)
     launch_error_retries: int = Field(default=0, ge=0)
+    agent_config_file_contents: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> ProvisionerFields:
@@ -114,6 +116,8 @@ class AwsProvider(ProvisionerFields):
     spot_max_price: str | None = None
     custom_tags: tuple[CustomTag, ...] = ()
     use_private_ip: bool = True
+    log_group: str | None = None
+    log_stream: str | None = None
 
     @field_validator("spot_max_price")
     @classmethod

@@ -79,6 +79,9 @@ class Ec2Provider:
         self.clock = clock
         self.sleep = sleep
         self._root_device: str | None = None
+        # EC2's largest page, so a 1,000-instance pool is one DescribeInstances call.
+        self.page_size = 1000
+        self.max_ids_per_call = MAX_IDS_PER_CALL
 
     # Observe
 
@@ -95,7 +98,9 @@ class Ec2Provider:
 
     def _instances(self, filters: list[dict[str, object]], **ids: Any) -> Iterator[Instance]:
         pages = self.ec2.get_paginator("describe_instances").paginate(
-            Filters=filters, **ids, **({} if ids else {"PaginationConfig": {"PageSize": 1000}})
+            Filters=filters,
+            **ids,
+            **({} if ids else {"PaginationConfig": {"PageSize": self.page_size}}),
         )
         for page in pages:
             for reservation in page["Reservations"]:
@@ -116,7 +121,7 @@ class Ec2Provider:
                 *tags.managed_filters(self.config, self.pool.name),
                 {"Name": "state", "Values": ["open", "active", "cancelled"]},
             ],
-            PaginationConfig={"PageSize": 1000},
+            PaginationConfig={"PageSize": self.page_size},
         )
         for page in pages:
             for item in page["SpotInstanceRequests"]:
@@ -266,8 +271,13 @@ class Ec2Provider:
 
     # Change
 
+    def _chunks(self, ids: list[str]) -> Iterator[list[str]]:
+        size = self.max_ids_per_call
+        for start in range(0, len(ids), size):
+            yield ids[start : start + size]
+
     def terminate(self, terminations: tuple[Termination, ...]) -> None:
-        for chunk in _chunks([t.instance_id for t in terminations]):
+        for chunk in self._chunks([t.instance_id for t in terminations]):
             try:
                 self.ec2.terminate_instances(InstanceIds=chunk)
             except ClientError as error:
@@ -283,7 +293,7 @@ class Ec2Provider:
                     self.ec2.terminate_instances(InstanceIds=existing)
 
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
-        for chunk in _chunks([c.request_id for c in cancellations]):
+        for chunk in self._chunks([c.request_id for c in cancellations]):
             try:
                 self.ec2.cancel_spot_instance_requests(SpotInstanceRequestIds=chunk)
             except ClientError as error:
@@ -292,7 +302,7 @@ class Ec2Provider:
 
     def adopt(self, adoptions: tuple[Adoption, ...]) -> None:
         ids = sorted({a.instance_id for a in adoptions})
-        for chunk in _chunks(ids):
+        for chunk in self._chunks(ids):
             self.ec2.create_tags(
                 Resources=chunk, Tags=tags.instance_tags(self.config, self.pool.name)
             )
@@ -300,7 +310,7 @@ class Ec2Provider:
     def write_marks(self, marks: tuple[MarkWrite, ...]) -> None:
         for write in marks:
             key = tags.MARK_TAGS[write.mark]
-            for chunk in _chunks(list(write.instance_ids)):
+            for chunk in self._chunks(list(write.instance_ids)):
                 if write.value is None:
                     self.ec2.delete_tags(Resources=chunk, Tags=[{"Key": key}])
                 else:
@@ -328,8 +338,3 @@ def _spot_request(item: dict[str, Any]) -> SpotRequest | None:
         status_updated_at=status.get("UpdateTime"),
         instance_id=item.get("InstanceId"),
     )
-
-
-def _chunks(ids: list[str]) -> Iterator[list[str]]:
-    for start in range(0, len(ids), MAX_IDS_PER_CALL):
-        yield ids[start : start + MAX_IDS_PER_CALL]

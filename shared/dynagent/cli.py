@@ -1,0 +1,121 @@
+"""The ``dynagent`` command: validate a config, publish a snapshot, preview a plan, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from dynagent.config import Config, ConfigError, load_config
+from dynagent.durations import format_duration
+from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
+
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (ConfigError, InvalidSnapshot, ValueError, KeyError) as error:
+        message = error.args[0] if isinstance(error, KeyError) else error
+        print(f"dynagent: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dynagent", description=__doc__)
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    validate = commands.add_parser("validate", help="check a pool config file")
+    validate.add_argument("config", help="YAML with resource_pools (Determined master.yaml form)")
+    validate.set_defaults(run=_validate)
+
+    publish = commands.add_parser("publish", help="send a snapshot to the autoscaler's queue")
+    publish.add_argument("snapshot", nargs="?", default="-", help="JSON file, or - for stdin")
+    publish.add_argument("--to", required=True, metavar="QUEUE_URL", help="SQS FIFO queue URL")
+    publish.add_argument("--region", help="the queue's region, if its URL does not say")
+    publish.set_defaults(run=_publish)
+
+    plan = commands.add_parser("plan", help="what a reconcile would do now, changing nothing")
+    plan.add_argument("--config", required=True)
+    plan.add_argument("--pool", help="pool name (default: the only pool)")
+    plan.add_argument("--snapshot", help="a snapshot JSON file to decide on (default: none)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(run=_plan)
+
+    demo = commands.add_parser("demo", help="a scripted day of a master, on a local AWS")
+    demo.add_argument("--quiet", action="store_true", help="only the final fleet table")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def _validate(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    for line in describe_config(config):
+        print(line)
+    return 0
+
+
+def describe_config(config: Config) -> list[str]:
+    lines = []
+    for pool in config.pools.values():
+        p = pool.provider
+        lines.append(
+            f"pool {pool.name}: {p.type} {p.instance_type} x {p.slots_per_instance} slots, "
+            f"{p.min_instances}..{p.max_instances} instances, "
+            f"idle {format_duration(p.max_idle_agent_period)}, "
+            f"starting {format_duration(p.max_agent_starting_period)}, "
+            f"disconnected {format_duration(p.max_disconnected_period)}"
+            + (", spot" if p.spot else "")
+        )
+    return lines
+
+
+def _read_snapshot(source: str) -> Snapshot:
+    if source == "-":
+        return parse_snapshot(sys.stdin.read())
+    with open(source, "rb") as handle:
+        return parse_snapshot(handle.read())
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from dynagent.publish import publisher_for
+
+    snapshot = _read_snapshot(args.snapshot)
+    message_id = publisher_for(args.to, args.region).publish(snapshot)
+    print(f"published {snapshot.dedup_id} as message {message_id}")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from dynagent.aws.clients import ec2_client
+    from dynagent.aws.ec2 import Ec2Provider
+    from dynagent.decide import decide
+
+    config = load_config(args.config)
+    if args.pool is None and len(config.pools) != 1:
+        raise ValueError(f"--pool is required: the config has {', '.join(config.pools)}")
+    pool = config.pool(args.pool or next(iter(config.pools)))
+    snapshot = _read_snapshot(args.snapshot) if args.snapshot else None
+    fleet = Ec2Provider(pool, ec2_client(pool.provider.region), config.settings).observe()
+    plan = decide(pool, fleet, snapshot, datetime.now(UTC), config.settings)
+    if args.json:
+        print(json.dumps({"pool": pool.name, "actions": plan.describe()}, indent=2))
+    else:
+        print(f"pool {pool.name}: {len(fleet.instances)} instances observed")
+        for line in plan.describe() or ["nothing to do"]:
+            print(f"  {line}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from dynagent.demo import run_demo
+
+    return run_demo(quiet=args.quiet)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""Durations as Determined writes them in master.yaml."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from dynagent.durations import format_duration, parse_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30s", timedelta(seconds=30)),
+        ("5m", timedelta(minutes=5)),
+        ("1m30s", timedelta(minutes=1, seconds=30)),
+        ("1h", timedelta(hours=1)),
+        ("1h20m5s", timedelta(hours=1, minutes=20, seconds=5)),
+        ("1.5h", timedelta(minutes=90)),
+        ("500ms", timedelta(milliseconds=500)),
+        ("0", timedelta(0)),
+        ("0s", timedelta(0)),
+        (" 20m ", timedelta(minutes=20)),
+    ],
+)
+def test_parses_go_durations(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["", "5", "m", "5x", "5 m", "-5m", "5m junk", "1d", "five minutes"]
+)
+def test_rejects_what_is_not_a_duration(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a duration") as raised:
+        parse_duration(text)
+    assert repr(text) in str(raised.value)
+    assert "1m30s" in str(raised.value), "the message shows how to write one"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (timedelta(0), "0s"),
+        (timedelta(seconds=45), "45s"),
+        (timedelta(minutes=20), "20m"),
+        (timedelta(minutes=1, seconds=30), "1m30s"),
+        (timedelta(hours=1, minutes=20), "1h20m"),
+        (timedelta(hours=2, seconds=1), "2h1s"),
+        (timedelta(seconds=59.9), "59s"),
+    ],
+)
+def test_formats_the_shortest_text(value: timedelta, expected: str) -> None:
+    assert format_duration(value) == expected
+
+
+@pytest.mark.parametrize("text", ["30s", "5m", "1m30s", "1h", "1h20m", "2h1s"])
+def test_format_round_trips(text: str) -> None:
+    assert format_duration(parse_duration(text)) == text
