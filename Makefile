@@ -29,4 +29,23 @@ unit: $(STAMP)
 	$(BIN)/pytest -q
 
 clean:
-	rm -rf $(VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-sam .aws-sam .pytest_cache .mypy_cache .ruff_cache
+
+# --- AWS SAM deployment (infra/aws/README.md) ------------------------------------------
+# `make sam`: lint template.yaml and build .aws-sam/ for `sam deploy`, offline: no AWS
+# account or credentials. DYNAGENT_CONFIG_FILE=path picks the pool config to pack.
+# The SAM CLI pins boto3 and pydantic, so it gets a virtual environment of its own.
+SAM_VENV := .venv-sam
+SAM_STAMP := $(SAM_VENV)/.installed
+SAM := AWS_DEFAULT_REGION=$(or $(AWS_DEFAULT_REGION),us-east-1) AWS_EC2_METADATA_DISABLED=true \
+	SAM_CLI_TELEMETRY=0 SAM_BUILD_PYTHON=$(abspath $(SAM_VENV))/bin/python $(SAM_VENV)/bin/sam
+
+$(SAM_STAMP): infra/aws/sam-requirements.txt
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/pip install --quiet -r infra/aws/sam-requirements.txt
+	touch $(SAM_STAMP)
+
+sam: $(SAM_STAMP)
+	$(SAM) validate --lint
+	$(SAM) build

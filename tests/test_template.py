@@ -1,0 +1,533 @@
+"""The SAM template's safety properties: least-privilege IAM, the FIFO queue, the wiring.
+
+The checks are functions returning what is wrong, run on template.yaml (nothing may be
+wrong) and on broken copies of it (the check must notice), so a regression fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dynagent.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+INFRA = ROOT / "infra" / "aws"
+
+Template = dict[str, Any]
+Statement = dict[str, Any]
+
+MANAGED = {"${ManagedTagKey}": "${ManagedTagValue}"}
+DESCRIBES = {"ec2:DescribeInstances", "ec2:DescribeSpotInstanceRequests", "ec2:DescribeImages"}
+LAUNCHES = {"ec2:RunInstances", "ec2:RequestSpotInstances"}
+# Created by a launch: the request must carry the managed tag for these.
+LAUNCHED_TYPES = {"instance", "volume", "spot-instances-request"}
+# Used by a launch but not created with tags; allowed without a tag condition.
+LAUNCH_INPUT_TYPES = {
+    "image",
+    "snapshot",
+    "subnet",
+    "security-group",
+    "network-interface",
+    "key-pair",
+}
+NEEDS_MANAGED_RESOURCE = {
+    "ec2:TerminateInstances",
+    "ec2:CancelSpotInstanceRequests",
+    "ec2:DeleteTags",
+}
+EC2_ACTIONS = DESCRIBES | LAUNCHES | NEEDS_MANAGED_RESOURCE | {"ec2:CreateTags"}
+
+
+# --- Loading --------------------------------------------------------------------------
+
+
+class CfnLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, plus CloudFormation's short forms (!Ref, !Sub, ...)."""
+
+
+def _intrinsic(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    value: Any
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    elif isinstance(node, yaml.MappingNode):
+        value = loader.construct_mapping(node, deep=True)
+    else:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"cannot read !{suffix}", node.start_mark
+        )
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{suffix}": value}
+
+
+CfnLoader.add_multi_constructor("!", _intrinsic)
+
+
+def load_template() -> Template:
+    document = yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)
+    assert isinstance(document, dict)
+    return document
+
+
+@pytest.fixture
+def template() -> Template:
+    return load_template()
+
+
+def resources(template: Template, kind: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def functions(template: Template) -> dict[str, dict[str, Any]]:
+    return resources(template, "AWS::Serverless::Function")
+
+
+def function_by_handler(template: Template, handler: str) -> dict[str, Any]:
+    found = [f for f in functions(template).values() if f["Properties"]["Handler"] == handler]
+    assert len(found) == 1, f"expected one function with handler {handler}"
+    return found[0]
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def policy_document(document: Any) -> dict[str, Any]:
+    """A policy given as YAML, or as a JSON string in !Sub (to put parameters in keys)."""
+    if isinstance(document, dict) and "Fn::Sub" in document:
+        text = document["Fn::Sub"]
+        assert isinstance(text, str), "a policy in !Sub is one JSON string"
+        parsed = json.loads(text)
+        assert isinstance(parsed, dict)
+        return parsed
+    assert isinstance(document, dict)
+    return document
+
+
+def documents(template: Template) -> Iterator[tuple[str, Any]]:
+    """Every identity policy document in the template, by where it is."""
+    for name, resource in template["Resources"].items():
+        properties = resource.get("Properties", {})
+        if resource["Type"] == "AWS::IAM::Role":
+            for policy in properties.get("Policies", []):
+                yield f"{name}/{policy['PolicyName']}", policy["PolicyDocument"]
+        elif resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            yield name, properties["PolicyDocument"]
+
+
+def statements(template: Template) -> Iterator[tuple[str, Statement]]:
+    for where, document in documents(template):
+        for index, statement in enumerate(as_list(policy_document(document)["Statement"])):
+            yield f"{where}[{statement.get('Sid', index)}]", statement
+
+
+def resource_type(arn: Any) -> str | None:
+    """The EC2 resource type an ARN names (``instance`` ...), or None if it is not one."""
+    if not isinstance(arn, str):
+        return None
+    plain = re.sub(r"\$\{[^}]*\}", "x", arn)  # ${AWS::Partition} has colons
+    match = re.fullmatch(r"arn:[^:]+:ec2:[^:]*:[^:]*:([a-z-]+)/.*", plain)
+    return match.group(1) if match else None
+
+
+def conditions(statement: Statement, operator: str) -> dict[str, Any]:
+    block = statement.get("Condition", {}).get(operator, {})
+    assert isinstance(block, dict)
+    return block
+
+
+def has_tag_condition(statement: Statement, kind: str) -> bool:
+    """Whether the statement requires the managed pair on the resource or in the request."""
+    equals = conditions(statement, "StringEquals")
+    prefixes = (
+        ("aws:ResourceTag/", "ec2:ResourceTag/") if kind == "resource" else ("aws:RequestTag/",)
+    )
+    return any(
+        equals.get(prefix + key) in (value, [value])
+        for prefix in prefixes
+        for key, value in MANAGED.items()
+    )
+
+
+# --- The checks ---------------------------------------------------------------------------
+
+
+def iam_problems(template: Template) -> list[str]:
+    """What in the IAM policies breaks least privilege on the managed tag pair."""
+    problems = []
+    launch_tagged: set[str] = set()
+    for where, statement in statements(template):
+        if statement.get("Effect") != "Allow":
+            continue
+        actions = set(as_list(statement.get("Action", [])))
+        targets = as_list(statement.get("Resource", []))
+        types = {resource_type(arn) for arn in targets}
+        if "NotAction" in statement or "NotResource" in statement:
+            problems.append(f"{where}: NotAction/NotResource")
+        for action in actions:
+            if "*" in action:
+                problems.append(f"{where}: wildcard action {action}")
+        if "*" in targets and not actions <= DESCRIBES:
+            problems.append(f"{where}: {sorted(actions - DESCRIBES)} on '*'")
+        if "*" in targets and "Condition" in statement:
+            problems.append(f"{where}: describes on '*' are plain reads, with no conditions")
+        for action in sorted(a for a in actions if a.startswith("ec2:")):
+            if action not in EC2_ACTIONS:
+                problems.append(f"{where}: {action} is not one this policy was reviewed for")
+            elif action in NEEDS_MANAGED_RESOURCE and not has_tag_condition(statement, "resource"):
+                problems.append(f"{where}: {action} without the managed aws:ResourceTag")
+            elif action == "ec2:CreateTags" and not _create_tags_allowed(statement, types):
+                problems.append(
+                    f"{where}: ec2:CreateTags neither on managed resources, at launch, nor adoption"
+                )
+            elif action in LAUNCHES:
+                if has_tag_condition(statement, "request"):
+                    launch_tagged |= {t for t in types if t} & LAUNCHED_TYPES
+                elif not types <= LAUNCH_INPUT_TYPES:
+                    unsafe = sorted(map(str, types - LAUNCH_INPUT_TYPES))
+                    problems.append(f"{where}: {action} on {unsafe} without aws:RequestTag")
+            # Changing the managed pair of a running instance would orphan it.
+            tag_write = action in ("ec2:CreateTags", "ec2:DeleteTags")
+            if tag_write and not _launch_or_adoption(statement) and not _marks_only(statement):
+                problems.append(f"{where}: {action} on managed resources beyond dynagent:*")
+        if "iam:PassRole" in actions:
+            if "*" in targets:
+                problems.append(f"{where}: iam:PassRole on '*'")
+            if (
+                conditions(statement, "StringEquals").get("iam:PassedToService")
+                != "ec2.amazonaws.com"
+            ):
+                problems.append(f"{where}: iam:PassRole not limited to ec2.amazonaws.com")
+    if launch_tagged != LAUNCHED_TYPES:
+        problems.append(f"launches can create only {sorted(launch_tagged)} with the managed tag")
+    return problems
+
+
+def _create_tags_allowed(statement: Statement, types: set[str | None]) -> bool:
+    if has_tag_condition(statement, "resource"):
+        return True
+    equals = conditions(statement, "StringEquals")
+    created_by = as_list(equals.get("ec2:CreateAction", []))
+    if created_by and set(created_by) <= {"RunInstances", "RequestSpotInstances"}:
+        return True
+    # Adoption: a spot instance arrives untagged; tag it only with the managed pair.
+    return _is_adoption(statement) and types == {"instance"}
+
+
+def _is_adoption(statement: Statement) -> bool:
+    equals = conditions(statement, "StringEquals")
+    return equals.get("ec2:InstanceMarketType") == "spot" and has_tag_condition(
+        statement, "request"
+    )
+
+
+def _launch_or_adoption(statement: Statement) -> bool:
+    return "ec2:CreateAction" in conditions(statement, "StringEquals") or _is_adoption(statement)
+
+
+def _marks_only(statement: Statement) -> bool:
+    """Tag writes limited to dynagent:* keys; a DeleteTags without keys is refused."""
+    keys = as_list(conditions(statement, "ForAllValues:StringLike").get("aws:TagKeys", []))
+    present = conditions(statement, "Null").get("aws:TagKeys") == "false"
+    return bool(keys) and present and all(key.startswith("dynagent:") for key in keys)
+
+
+def queue_problems(template: Template) -> list[str]:
+    """The snapshot queue: FIFO, a FIFO dead-letter queue, finite redrive, long visibility."""
+    problems = []
+    reconcile = function_by_handler(template, "app.reconcile")
+    events = [e for e in reconcile["Properties"].get("Events", {}).values() if e["Type"] == "SQS"]
+    if len(events) != 1:
+        return [f"reconcile has {len(events)} SQS event sources, not 1"]
+    event = events[0]["Properties"]
+    if "ReportBatchItemFailures" not in event.get("FunctionResponseTypes", []):
+        problems.append("the SQS event source does not report batch item failures")
+    queue_name = event["Queue"]["Fn::GetAtt"][0]
+    queue = template["Resources"][queue_name]["Properties"]
+    if queue.get("FifoQueue") is not True:
+        problems.append(f"{queue_name} is not FIFO")
+    if queue.get("ContentBasedDeduplication") is not False:
+        problems.append(f"{queue_name}: content-based deduplication is on")
+    timeout = reconcile["Properties"].get("Timeout") or template["Globals"]["Function"]["Timeout"]
+    if queue.get("VisibilityTimeout", 30) < 6 * timeout:
+        problems.append(f"{queue_name}: visibility timeout below 6 x {timeout} s")
+    redrive = queue.get("RedrivePolicy", {})
+    receives = redrive.get("maxReceiveCount")
+    if not isinstance(receives, int) or not 1 <= receives <= 10:
+        problems.append(f"{queue_name}: maxReceiveCount {receives!r} is not a small number")
+    target = redrive.get("deadLetterTargetArn", {}).get("Fn::GetAtt", [None])[0]
+    dead = template["Resources"].get(target, {})
+    if dead.get("Type") != "AWS::SQS::Queue" or dead["Properties"].get("FifoQueue") is not True:
+        problems.append(f"{queue_name}: no FIFO dead-letter queue")
+    variables = reconcile["Properties"].get("Environment", {}).get("Variables", {})
+    if variables.get("DYNAGENT_DEAD_LETTER_QUEUE_URL") != {"Ref": target}:
+        problems.append("reconcile is not given the dead-letter queue's URL")
+    return problems
+
+
+# --- The template as it is ------------------------------------------------------------
+
+
+def test_iam_is_least_privilege_on_the_managed_tag(template: Template) -> None:
+    assert iam_problems(template) == []
+
+
+def test_queue_is_fifo_with_a_dead_letter_queue(template: Template) -> None:
+    assert queue_problems(template) == []
+
+
+def test_the_ec2_policy_names_exactly_the_reviewed_actions(template: Template) -> None:
+    actions = {
+        action
+        for _, statement in statements(template)
+        for action in as_list(statement["Action"])
+        if action.startswith("ec2:")
+    }
+    assert actions == EC2_ACTIONS
+
+
+def test_only_the_reconcile_function_touches_the_dead_letter_queue(template: Template) -> None:
+    senders = [
+        where
+        for where, statement in statements(template)
+        if "sqs:SendMessage" in as_list(statement["Action"])
+        and statement["Resource"] == {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}
+    ]
+    assert senders == ["ReconcileRole/queues[1]"]
+
+
+def test_functions_get_no_policies_from_sam(template: Template) -> None:
+    # With a Role of their own, SAM adds nothing (its managed policies are on "*").
+    for name, function in functions(template).items():
+        assert "Role" in function["Properties"], name
+        assert "Policies" not in function["Properties"], name
+    assert "Policies" not in template["Globals"]["Function"]
+
+
+def test_pass_role_is_optional_and_only_for_the_agent_role(template: Template) -> None:
+    policy = template["Resources"]["PassAgentRolePolicy"]
+    assert policy["Condition"] == "HasAgentRole"
+    assert template["Conditions"]["HasAgentRole"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "AgentInstanceProfileRoleArn"}, ""]}]
+    }
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Resource"] == {"Ref": "AgentInstanceProfileRoleArn"}
+
+
+def test_policy_placeholders_are_parameters_or_pseudo_parameters(template: Template) -> None:
+    text = template["Resources"]["FleetPolicy"]["Properties"]["PolicyDocument"]["Fn::Sub"]
+    names = set(re.findall(r"\$\{([^}]+)\}", text))
+    assert names <= set(template["Parameters"]) | {"AWS::Partition", "AWS::AccountId"}
+    assert {"ManagedTagKey", "ManagedTagValue"} <= names
+
+
+def test_handlers_exist_in_the_entry_module(template: Template) -> None:
+    handlers = {f["Properties"]["Handler"] for f in functions(template).values()}
+    assert handlers == {"app.reconcile", "app.sweep"}
+    for function in functions(template).values():
+        assert function["Properties"]["CodeUri"].rstrip("/") == "functions/aws"
+    module = ast.parse((ROOT / "functions" / "aws" / "app.py").read_text())
+    defined = {node.name for node in module.body if isinstance(node, ast.FunctionDef)}
+    assert {"reconcile", "sweep"} <= defined
+
+
+def test_sweep_runs_every_minute_one_at_a_time(template: Template) -> None:
+    sweep = function_by_handler(template, "app.sweep")["Properties"]
+    (event,) = sweep["Events"].values()
+    assert event["Type"] == "Schedule"
+    assert event["Properties"]["Schedule"] == "rate(1 minute)"
+    assert sweep["ReservedConcurrentExecutions"] == 1
+
+
+def test_environment_matches_what_the_functions_read(template: Template) -> None:
+    from dynagent.aws.functions import CONFIG_ENV, DEAD_LETTER_ENV
+
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert variables[CONFIG_ENV] == "/var/task/dynagent.yaml"
+    assert {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"} <= set(variables)
+    reconcile = function_by_handler(template, "app.reconcile")["Properties"]
+    assert DEAD_LETTER_ENV in reconcile["Environment"]["Variables"]
+
+
+def test_outputs_give_the_publisher_what_it_needs(template: Template) -> None:
+    outputs = template["Outputs"]
+    assert outputs["SnapshotQueueUrl"]["Value"] == {"Ref": "SnapshotQueue"}
+    assert outputs["SnapshotQueueArn"]["Value"] == {"Fn::GetAtt": ["SnapshotQueue", "Arn"]}
+    assert outputs["DeadLetterQueueUrl"]["Value"] == {"Ref": "DeadLetterQueue"}
+
+
+# --- The build inputs agree with the template ---------------------------------------
+
+
+def test_every_makefile_build_has_a_target(template: Template) -> None:
+    makefile = (INFRA / "Makefile").read_text()
+    built = [
+        n for n, r in template["Resources"].items() if r.get("Metadata", {}).get("BuildMethod")
+    ]
+    assert built
+    for name in built:
+        assert template["Resources"][name]["Metadata"]["BuildMethod"] == "makefile"
+        assert re.search(rf"^(.* )?build-{name}( .*)?:", makefile, re.MULTILINE), name
+
+
+def test_layer_wheels_are_built_for_the_runtime(template: Template) -> None:
+    runtime = template["Globals"]["Function"]["Runtime"]
+    layer = template["Resources"]["DependenciesLayer"]["Properties"]
+    assert layer["CompatibleRuntimes"] == [runtime]
+    assert layer["CompatibleArchitectures"] == template["Globals"]["Function"]["Architectures"]
+    makefile = (INFRA / "Makefile").read_text()
+    version = re.search(r"^LAMBDA_PYTHON := (\S+)$", makefile, re.MULTILINE)
+    assert version and runtime == f"python{version.group(1)}"
+    platforms = re.search(r"^LAMBDA_PLATFORMS := (.+)$", makefile, re.MULTILINE)
+    assert platforms
+    arch = layer["CompatibleArchitectures"][0]
+    assert all(p.endswith(arch) for p in platforms.group(1).split())
+
+
+def test_layer_requirements_mirror_pyproject() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["aws"]]
+    lines = (INFRA / "requirements.txt").read_text().splitlines()
+    listed = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+    def normal(requirement: str) -> str:
+        return requirement.replace(" ", "").lower()
+
+    # boto3 comes with the Lambda runtime.
+    assert sorted(map(normal, listed)) == sorted(
+        normal(r) for r in wanted if not r.lower().startswith("boto3")
+    )
+
+
+def test_example_config_loads_and_matches_the_default_tag_pair(template: Template) -> None:
+    config = load_config(INFRA / "dynagent.example.yaml")
+    parameters = template["Parameters"]
+    assert config.pools
+    for pool in config.pools.values():
+        assert pool.provider.tag_key == parameters["ManagedTagKey"]["Default"]
+        assert pool.provider.tag_value == parameters["ManagedTagValue"]["Default"]
+
+
+# --- The checks notice a regression ---------------------------------------------------
+
+
+def edit_fleet_policy(template: Template, edit: Callable[[dict[str, Statement]], None]) -> Template:
+    """A copy of the template whose fleet policy statements (by Sid) went through edit."""
+    broken = copy.deepcopy(template)
+    document = broken["Resources"]["FleetPolicy"]["Properties"]["PolicyDocument"]
+    policy = json.loads(document["Fn::Sub"])
+    by_sid = {statement["Sid"]: statement for statement in policy["Statement"]}
+    edit(by_sid)
+    policy["Statement"] = list(by_sid.values())
+    document["Fn::Sub"] = json.dumps(policy)
+    return broken
+
+
+def _drop_condition(sid: str) -> Callable[[dict[str, Statement]], None]:
+    return lambda by_sid: by_sid[sid].pop("Condition")
+
+
+def _drop_market_type(by_sid: dict[str, Statement]) -> None:
+    del by_sid["AdoptSpotInstances"]["Condition"]["StringEquals"]["ec2:InstanceMarketType"]
+
+
+def _terminate_anything(by_sid: dict[str, Statement]) -> None:
+    by_sid["ReadFleet"]["Action"].append("ec2:TerminateInstances")
+
+
+def _launch_untagged_volumes(by_sid: dict[str, Statement]) -> None:
+    by_sid["LaunchFrom"]["Resource"].append("arn:aws:ec2:*:*:volume/*")
+
+
+def _tag_at_any_action(by_sid: dict[str, Statement]) -> None:
+    by_sid["TagAtLaunch"]["Condition"]["StringEquals"]["ec2:CreateAction"].append("CreateVolume")
+
+
+def _other_tag_key(by_sid: dict[str, Statement]) -> None:
+    by_sid["TerminateManaged"]["Condition"]["StringEquals"] = {
+        "aws:ResourceTag/Name": "${ManagedTagValue}"
+    }
+
+
+def _ec2_star(by_sid: dict[str, Statement]) -> None:
+    by_sid["ReadFleet"]["Action"] = "ec2:*"
+
+
+def _any_tag_key(by_sid: dict[str, Statement]) -> None:
+    del by_sid["MarkManaged"]["Condition"]["ForAllValues:StringLike"]
+
+
+def _delete_all_tags(by_sid: dict[str, Statement]) -> None:
+    del by_sid["MarkManaged"]["Condition"]["Null"]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _drop_condition("TerminateManaged"),
+        _drop_condition("CancelManaged"),
+        _drop_condition("MarkManaged"),
+        _drop_condition("LaunchTagged"),
+        _drop_condition("TagAtLaunch"),
+        _drop_condition("AdoptSpotInstances"),
+        _drop_market_type,
+        _terminate_anything,
+        _launch_untagged_volumes,
+        _tag_at_any_action,
+        _other_tag_key,
+        _ec2_star,
+        _any_tag_key,
+        _delete_all_tags,
+    ],
+)
+def test_iam_check_notices(
+    template: Template, edit: Callable[[dict[str, Statement]], None]
+) -> None:
+    assert iam_problems(edit_fleet_policy(template, edit))
+
+
+def test_iam_check_notices_sqs_on_star(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    policies = broken["Resources"]["ReconcileRole"]["Properties"]["Policies"]
+    queues = next(p for p in policies if p["PolicyName"] == "queues")
+    queues["PolicyDocument"]["Statement"][1]["Resource"] = "*"
+    assert iam_problems(broken)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("Resources", "SnapshotQueue", "Properties", "FifoQueue"), False),
+        (("Resources", "DeadLetterQueue", "Properties", "FifoQueue"), False),
+        (("Resources", "SnapshotQueue", "Properties", "ContentBasedDeduplication"), True),
+        (("Resources", "SnapshotQueue", "Properties", "VisibilityTimeout"), 600),
+        (("Resources", "SnapshotQueue", "Properties", "RedrivePolicy", "maxReceiveCount"), None),
+        (("Resources", "ReconcileFunction", "Properties", "Timeout"), 900),
+        (
+            ("Resources", "ReconcileFunction", "Properties", "Events", "Snapshots", "Properties"),
+            {"Queue": {"Fn::GetAtt": ["SnapshotQueue", "Arn"]}, "BatchSize": 10},
+        ),
+    ],
+)
+def test_queue_check_notices(template: Template, path: tuple[str, ...], value: Any) -> None:
+    broken = copy.deepcopy(template)
+    parent = broken
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    assert queue_problems(broken)
