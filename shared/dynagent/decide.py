@@ -89,6 +89,7 @@ def decide(
     return Plan(
         pool=pool.name,
         launch_key=_launch_key(pool.name, snapshot, now),
+        launch_at=snapshot.time if snapshot else now.replace(second=0, microsecond=0),
         launches=launches,
         terminations=tuple(Termination(i, r) for i, r in ctx.terminations.items()),
         cancellations=tuple(Cancellation(i, r) for i, r in ctx.cancellations.items()),

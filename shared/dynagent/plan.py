@@ -65,6 +65,9 @@ class Plan:
     pool: str
     # Launch tokens derive from this and the launch index, so a replay launches nothing new.
     launch_key: str
+    # When the launch was decided, as retries of it will see it too (the snapshot's
+    # time): what time-bound launch parameters derive from, so a retry matches.
+    launch_at: datetime
     launches: tuple[Launch, ...] = ()
     terminations: tuple[Termination, ...] = ()
     cancellations: tuple[Cancellation, ...] = ()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dynagent.fleet import Fleet
-from dynagent.plan import Adoption, Cancellation, Launch, MarkWrite, Termination
+from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,9 @@ class Provider(Protocol):
         """Every managed instance and spot request of the pool, all pages."""
         ...
 
-    def launch(self, launches: tuple[Launch, ...], launch_key: str) -> LaunchResult:
-        """Start one instance per launch, in one call, then wait until they are visible."""
+    def launch(self, plan: Plan) -> LaunchResult:
+        """Start one instance per launch of the plan, in one call, then wait until they
+        are visible. The plan's ``launch_key`` makes the call idempotent."""
         ...
 
     def terminate(self, terminations: tuple[Termination, ...]) -> None: ...

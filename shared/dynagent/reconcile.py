@@ -83,7 +83,7 @@ def apply(plan: Plan, provider: Provider) -> LaunchResult | None:
     if plan.terminations:
         provider.terminate(plan.terminations)
     if plan.launches:
-        return provider.launch(plan.launches, plan.launch_key)
+        return provider.launch(plan)
     return None
 
 

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from dynagent.config import AwsProvider, Pool, Settings
 from dynagent.fleet import Fleet, Instance, RequestState, SpotRequest
-from dynagent.plan import Adoption, Cancellation, Launch, MarkWrite, Termination
+from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 from dynagent.provider import LaunchResult
 from dynagent.userdata import agent_startup_script
 
@@ -131,14 +131,14 @@ class Ec2Provider:
 
     # Launch
 
-    def launch(self, launches: tuple[Launch, ...], launch_key: str) -> LaunchResult:
-        if not launches:
+    def launch(self, plan: Plan) -> LaunchResult:
+        if not plan.launches:
             return LaunchResult()
         try:
             if self.config.spot:
-                result = self._request_spot(len(launches), launch_key)
+                result = self._request_spot(plan)
             else:
-                result = self._run_instances(len(launches), launch_key)
+                result = self._run_instances(len(plan.launches), plan.launch_key)
         except ClientError as error:
             code = error_code(error)
             if code == "IdempotentParameterMismatch":
@@ -151,7 +151,7 @@ class Ec2Provider:
         return result
 
     def _run_instances(self, count: int, launch_key: str) -> LaunchResult:
-        request = self._launch_specification(launch_key)
+        request = self._launch_specification()
         request["TagSpecifications"] = self._tag_specifications(launch_key, ["instance", "volume"])
         request["MetadataOptions"] = {"HttpTokens": "required", "HttpEndpoint": "enabled"}
         request["InstanceInitiatedShutdownBehavior"] = "terminate"
@@ -161,14 +161,16 @@ class Ec2Provider:
         )
         return LaunchResult(started=tuple(i["InstanceId"] for i in response["Instances"]))
 
-    def _request_spot(self, count: int, launch_key: str) -> LaunchResult:
-        specification = self._launch_specification(launch_key)
+    def _request_spot(self, plan: Plan) -> LaunchResult:
+        launch_key = plan.launch_key
+        specification = self._launch_specification()
         specification["UserData"] = base64.b64encode(self._user_data().encode()).decode()
         extra = {"SpotPrice": self.config.spot_max_price} if self.config.spot_max_price else {}
         response = self.ec2.request_spot_instances(
-            InstanceCount=count,
+            InstanceCount=len(plan.launches),
             Type="one-time",
-            ValidUntil=self.clock() + self.settings.spot_request_valid_for,
+            # From the plan, not the clock: a retry must send the very same request.
+            ValidUntil=plan.launch_at + self.settings.spot_request_valid_for,
             ClientToken=client_token(launch_key),
             LaunchSpecification=specification,
             TagSpecifications=self._tag_specifications(launch_key, ["spot-instances-request"]),
@@ -177,7 +179,7 @@ class Ec2Provider:
         requests = response["SpotInstanceRequests"]
         return LaunchResult(started=tuple(r["SpotInstanceRequestId"] for r in requests))
 
-    def _launch_specification(self, launch_key: str) -> dict[str, Any]:
+    def _launch_specification(self) -> dict[str, Any]:
         """What RunInstances and a spot request's LaunchSpecification share."""
         config = self.config
         spec: dict[str, Any] = {

@@ -41,6 +41,8 @@ class Master:
     queue: list[Task] = field(default_factory=list)
     running: list[Task] = field(default_factory=list)
     seq: int = 0
+    # An offline master publishes nothing; the sweep must cope alone.
+    online: bool = True
 
     def submit(self, task: Task) -> None:
         self.queue.append(task)

@@ -55,10 +55,12 @@ SCRIPT = (
           lambda master: master.cancel("trial-odd")),
     Scene(timedelta(minutes=20), "a master publishes a corrupt message (the DLQ takes it)",
           lambda master: None),
-    Scene(timedelta(minutes=95), "trial-3 queued after a quiet hour: 4 GPUs for 20m",
+    Scene(timedelta(minutes=95), "trial-3 queued after a quiet spell: 4 GPUs for 20m",
           _task("trial-3", 4, 20)),
+    Scene(timedelta(minutes=125), "the master goes down for maintenance: no more snapshots",
+          lambda master: setattr(master, "online", False)),
 )  # fmt: skip
-END = timedelta(hours=3)
+END = timedelta(hours=2, minutes=15)
 
 
 class Timeline:
@@ -66,28 +68,43 @@ class Timeline:
 
     def __init__(self, out: TextIO, clock: Callable[[], datetime], quiet: bool) -> None:
         self.out, self.clock, self.quiet = out, clock, quiet
+        self.actor = "reconcile"
+        # Unschedulable and waiting notes repeat on every pass: print them when they change.
+        self._notes: set[str] = set()
+        self.terminated: dict[str, str] = {}  # instance id -> who terminated it, and why
 
     def say(self, who: str, text: str) -> None:
         if not self.quiet:
-            print(f"{self.clock():%H:%M:%S}  {who:<8} {text}", file=self.out)
+            print(f"{self.clock():%H:%M:%S}  {who:<9} {text}", file=self.out)
 
     # The logger interface AwsFunctions uses: each action of each pass is one line.
     def info(self, message: str, extra: dict[str, Any] | None = None) -> None:
-        self._report("lambda", message, extra or {})
+        self._report(message, extra or {})
 
     def warning(self, message: str, extra: dict[str, Any] | None = None) -> None:
-        self._report("lambda", message, extra or {})
+        self._report(message, extra or {})
 
     def error(self, message: str, extra: dict[str, Any] | None = None) -> None:
-        self._report("lambda", message, extra or {})
+        self._report(message, extra or {})
 
-    def _report(self, who: str, message: str, extra: dict[str, Any]) -> None:
-        lines = [line for line in extra.get("actions", []) if not line.startswith("set ")]
-        lines += [f"launch refused: {extra['launch_error']}"] if "launch_error" in extra else []
-        if "reason" in extra:
-            lines.append(f"{message}: {extra['reason']}")
-        for line in lines:
-            self.say(who, line)
+    def _report(self, message: str, extra: dict[str, Any]) -> None:
+        if "reason" in extra:  # a message set aside
+            self.say(self.actor, f"{message}: {extra['reason']}")
+        if "launch_error" in extra:
+            self.say(self.actor, f"launch refused: {extra['launch_error']}")
+        actions = extra.get("actions")
+        if not actions:
+            return
+        notes = {line for line in actions if line.startswith(("unschedulable", "waiting"))}
+        for line in actions:
+            if line.startswith("terminate "):
+                instance_id, reason = line.removeprefix("terminate ").split(": ", 1)
+                self.terminated[instance_id] = f"{self.actor}: {reason}"
+            if line.startswith(("set ", "clear ")) or line in self._notes:
+                continue  # marks show in the final table; notes only when new
+            self.say(self.actor, line)
+        if self.actor == "reconcile":
+            self._notes = notes
 
 
 class Demo:
@@ -98,7 +115,7 @@ class Demo:
         self.ec2 = aws.client("ec2")
         self.sqs = aws.client("sqs")
         self.queue_url, self.dead_letter_url = self._queues()
-        self.config = _demo_config(self.ec2)
+        self.config = _demo_config(aws.image_id())
         self.pool = next(iter(self.config.pools.values()))
         self.master = Master(self.pool.name)
         self.publisher = SqsPublisher(self.queue_url, self.sqs)
@@ -133,14 +150,15 @@ class Demo:
                     self._publish_corrupt()
             self._follow_cloud()
             changed = self._master_step()
-            if changed or self.now >= heartbeat:
+            if self.master.online and (changed or self.now >= heartbeat):
                 self._publish()
                 heartbeat = self.now + TICK
             self._deliver()
+            self._follow_cloud()
             if self.now >= next_sweep:
-                for outcome in self.functions.sweep():
-                    if outcome.plan and outcome.plan.terminations:
-                        self.timeline.say("sweep", "(above: the scheduled sweep)")
+                self.timeline.actor = "sweep"
+                self.functions.sweep()
+                self.timeline.actor = "reconcile"
                 next_sweep = self.now + SWEEP_EVERY
             self.now += TICK
 
@@ -214,7 +232,7 @@ class Demo:
         response = self.ec2.describe_instances(
             Filters=[{"Name": f"tag:{POOL_TAG}", "Values": [self.pool.name]}]
         )
-        rows = [("instance", "state", "launch key", "registered", "idle since")]
+        rows = [("instance", "state", "launch key", "registered", "idle since", "terminated by")]
         for reservation in response["Reservations"]:
             for item in reservation["Instances"]:
                 tags = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
@@ -225,6 +243,7 @@ class Demo:
                         tags.get(LAUNCH_KEY_TAG, "-"),
                         tags.get(MARK_TAGS[Mark.REGISTERED], "-"),
                         tags.get(MARK_TAGS[Mark.IDLE_SINCE], "-"),
+                        self.timeline.terminated.get(item["InstanceId"], "-"),
                     )
                 )
         widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]
@@ -242,8 +261,7 @@ class Demo:
         ]
 
 
-def _demo_config(ec2: Any) -> Config:
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+def _demo_config(image: str) -> Config:
     text = resources.files("dynagent.demo").joinpath("pool.yaml").read_text()
     return parse_config(text.replace("IMAGE_ID", image), source="demo pool.yaml")
 

@@ -1,0 +1,885 @@
+"""A local AWS for the demo and the tests: moto's server on loopback, made faithful where we lean.
+
+The demo and the AWS tests drive dynagent's real boto3 code paths over HTTP against
+``LocalAws``: moto's server in a background thread, listening on 127.0.0.1 only, on a
+port the OS picks. moto is a good EC2/SQS stand-in, but a few of its EC2 behaviours
+differ from EC2 in ways our launch/reconcile logic depends on. This module fixes those in
+the test double (never in dynagent's code) by wrapping single moto methods while a server
+runs, and only for that server's own moto account:
+
+* RunInstances and RequestSpotInstances honour ``ClientToken`` (moto ignores it).
+* RunInstances launches ``MaxCount`` instances, as EC2 does when it has the capacity
+  (moto launches ``MinCount``), and refuses an unknown AMI (moto accepts any id).
+* A cancelled spot request stays visible as ``cancelled`` with EC2's status code (moto
+  deletes it); terminating a spot instance closes its request; a spot instance names its
+  request (``SpotInstanceRequestId``); request times are real, not a fixed 2015 date;
+  DescribeSpotInstanceRequests honours ``MaxResults``/``NextToken`` and the
+  ``status-code`` filter.
+
+It also gives tests knobs EC2 has no API for: leave new spot requests open, set a spot
+request's state and status, age an instance, and hide new instances from the next few
+DescribeInstances calls (EC2's eventual consistency). And it counts the API calls it
+serves, so tests and benchmarks can assert how many pages or writes a code path costs.
+
+Behaviours checked and left alone, because moto already matches EC2 closely enough:
+spot requests are fulfilled at once and their instance does not inherit the request's
+tags; DescribeInstances filters ``tag:KEY`` and ``instance-state-name``; its pagination
+counts reservations, not instances (EC2 counts instances, so a moto page can hold more
+instances than ``MaxResults``; code must just follow ``NextToken``), and without
+``MaxResults`` moto still pages at 100 reservations.
+
+Isolation: each server stamps every request it serves with moto's ``x-moto-account-id``
+header, so each ``LocalAws`` owns a moto account of its own. Two servers in one process,
+or a server and a ``moto.mock_aws`` test on moto's default account, never share state,
+the fixes never touch other accounts, and ``reset()`` wipes only its own account.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import itertools
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Final, NamedTuple, Self, cast
+from urllib.parse import parse_qs
+
+import boto3
+from moto.core.base_backend import BackendDict, backend_lock
+from moto.core.responses import ActionResult
+from moto.core.utils import utcnow
+from moto.ec2.exceptions import EC2ClientError, InvalidInstanceIdError
+from moto.ec2.models import ec2_backends
+from moto.ec2.models.instances import InstanceBackend
+from moto.ec2.models.spot_requests import SpotInstanceRequest, SpotRequestBackend
+from moto.ec2.responses.instances import InstanceResponse
+from moto.ec2.responses.spot_instances import SpotInstances
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import BaseWSGIServer, make_server
+
+LOOPBACK: Final = "127.0.0.1"
+DEFAULT_REGION: Final = "us-west-2"
+DUMMY_ACCESS_KEY_ID: Final = "testing"
+DUMMY_SECRET_ACCESS_KEY: Final = "testing"
+
+# EC2: "A client token is a unique, case-sensitive string of up to 64 ASCII characters."
+CLIENT_TOKEN_MAX_CHARS: Final = 64
+
+# Each LocalAws gets its own moto account; these never collide with moto's default one.
+_ACCOUNT_IDS = itertools.count(100_000_000_001)
+
+# serve_forever() checks for shutdown this often: it bounds how long stop() takes.
+_POLL_SECONDS: Final = 0.05
+
+
+# --------------------------------------------------------------------------------------
+# Calls served, counted at the wire
+# --------------------------------------------------------------------------------------
+
+
+class ApiCall(NamedTuple):
+    """One request the server handled: the signing service ('ec2', 'sqs') and action."""
+
+    service: str
+    action: str
+
+
+class _CallLog:
+    """An ordered, thread-safe record of calls: the server handles requests on many threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: list[ApiCall] = []
+
+    def record(self, call: ApiCall) -> None:
+        with self._lock:
+            self._calls.append(call)
+
+    def snapshot(self) -> list[ApiCall]:
+        with self._lock:
+            return list(self._calls)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._calls.clear()
+
+
+def _signing_service(authorization: str) -> str:
+    """The service of a SigV4 ``Credential=KEY/DATE/REGION/SERVICE/aws4_request`` scope."""
+    _, _, credential = authorization.partition("Credential=")
+    scope = credential.split(",", 1)[0].split("/")
+    return scope[3] if len(scope) >= 5 else "unknown"
+
+
+def _buffered_body(environ: dict[str, Any]) -> bytes:
+    """Read the body once and put a fresh stream back, so moto can still read it."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body: bytes = environ["wsgi.input"].read(length) if length > 0 else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
+def _action_of(environ: dict[str, Any]) -> str | None:
+    """JSON protocol (SQS today) names the action in X-Amz-Target; query (EC2) in ``Action``."""
+    target = environ.get("HTTP_X_AMZ_TARGET")
+    if target:
+        return str(target).rsplit(".", 1)[-1]
+    query = parse_qs(str(environ.get("QUERY_STRING", "")))
+    if "Action" in query:
+        return query["Action"][0]
+    if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
+        form = parse_qs(_buffered_body(environ).decode("utf-8", "replace"))
+        if "Action" in form:
+            return form["Action"][0]
+    return None
+
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class _AccountStampingRecorder:
+    """WSGI middleware: pins every request to this server's moto account and records it."""
+
+    def __init__(self, app: WsgiApp, account_id: str, log: _CallLog) -> None:
+        self._app = app
+        self._account_id = account_id
+        self._log = log
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        # Overwrite, never trust: a client must not reach another server's account.
+        environ["HTTP_X_MOTO_ACCOUNT_ID"] = self._account_id
+        action = _action_of(environ)
+        if action is not None:
+            service = _signing_service(environ.get("HTTP_AUTHORIZATION", ""))
+            self._log.record(ApiCall(service, action))
+        return self._app(environ, start_response)
+
+
+class _QuietHandler(MotoRequestHandler):
+    """moto's request handler without werkzeug's access log line per request on stderr:
+    it would drown the demo's output, and ``LocalAws.calls()`` records the requests."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
+# --------------------------------------------------------------------------------------
+# Knobs and ownership: which moto accounts the fixes apply to
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Knobs:
+    """Per-account settings the fixes read; tests turn them, reset() restores them."""
+
+    fulfil_spot_requests: bool = True
+    hide_new_instances_for: int = 0  # DescribeInstances calls a new instance is missing from
+
+
+_OWNED: dict[str, _Knobs] = {}  # account id -> knobs, for every running LocalAws
+_OWNED_LOCK = threading.Lock()
+# Serialises the fixes' read-modify-write of fake-cloud state across server threads
+# (above all the client-token check-then-launch, which must not launch twice).
+_STATE_LOCK = threading.RLock()
+
+
+def _knobs_for(account_id: str) -> _Knobs | None:
+    return _OWNED.get(account_id)
+
+
+def _naive_utc(when: datetime) -> datetime:
+    """moto keeps naive UTC datetimes; accept only aware ones so a local time never slips in."""
+    if when.tzinfo is None:
+        raise ValueError(f"use a timezone-aware datetime, got {when!r}")
+    return when.astimezone(UTC).replace(tzinfo=None)
+
+
+# --------------------------------------------------------------------------------------
+# Fix: ClientToken idempotency of RunInstances and RequestSpotInstances
+# --------------------------------------------------------------------------------------
+
+
+class _IdempotentParameterMismatch(EC2ClientError):
+    def __init__(self) -> None:
+        super().__init__(
+            "IdempotentParameterMismatch",
+            "Arguments on this idempotent request are inconsistent with arguments used in "
+            "previous request(s).",
+        )
+
+
+@dataclass(frozen=True)
+class _TokenUse:
+    """What a client token launched: its request's fingerprint and the ids to replay."""
+
+    fingerprint: str
+    ids: tuple[str, ...]
+
+
+def _token_ledger(backend: Any) -> dict[tuple[str, str], _TokenUse]:
+    """Tokens live on moto's per-account, per-region backend object: reset() drops them with
+    everything else, and a token reused in another region launches anew, as in EC2."""
+    ledger: dict[tuple[str, str], _TokenUse] | None = getattr(
+        backend, "_dynagent_client_tokens", None
+    )
+    if ledger is None:
+        ledger = {}
+        backend._dynagent_client_tokens = ledger
+    return ledger
+
+
+def _fingerprint(params: Mapping[str, Any]) -> str:
+    """Every request parameter but the token itself.
+
+    EC2 documents that changing *another request parameter* under the same token fails,
+    without listing which parameters count. Judging only the ones that obviously matter
+    (image, type, counts, tags, user data) would let through retries that EC2 may refuse;
+    judging all of them is the strict reading, so code that replays cleanly here replays
+    cleanly on EC2. The price is that a retry must rebuild its request exactly: a value
+    computed from the clock at call time (a spot request's ValidUntil, say) makes a retry a
+    mismatch here, as it may in EC2. DryRun never reaches here (see _idempotent)."""
+    relevant = {name: value for name, value in params.items() if name != "ClientToken"}
+    return json.dumps(relevant, sort_keys=True, default=str)
+
+
+def _check_token(token: str) -> None:
+    # EC2's limit. The error code for breaking it is not documented; InvalidParameterValue
+    # is EC2's generic 400, and what matters is that the double refuses what EC2 refuses.
+    if len(token) > CLIENT_TOKEN_MAX_CHARS or not token.isascii():
+        raise EC2ClientError(
+            "InvalidParameterValue",
+            f"Value ({token}) for parameter clientToken is invalid: "
+            f"up to {CLIENT_TOKEN_MAX_CHARS} ASCII characters.",
+        )
+
+
+def _idempotent(
+    response: Any,
+    action: str,
+    launch: Callable[[], ActionResult],
+    ids_of: Callable[[Any], tuple[str, ...]],
+    replay: Callable[[Any, tuple[str, ...]], ActionResult],  # (response, ids)
+) -> ActionResult:
+    """Run ``launch`` once per client token; answer a retry with what the first call made.
+
+    Why this exists: moto ignores ``ClientToken``, so every retry launches again, while EC2
+    makes RunInstances and RequestSpotInstances idempotent by it (see "Ensuring idempotency
+    in Amazon EC2 API requests"): the same token with the same parameters returns the
+    original reservation or requests, with current state, and launches nothing; the same
+    token with other parameters fails with ``IdempotentParameterMismatch`` (HTTP 400).
+    Tokens are up to 64 ASCII characters and stay valid for at least 24 hours after the
+    instance terminates; here they last until reset(). dynagent's launches are idempotent
+    *because* of this (a re-delivered snapshot retries with the same token), so a double
+    that ignored tokens would hide double launches instead of proving there are none.
+
+    A request without a token is never deduplicated (moto would default it to "ABCDE").
+    boto3 fills a random token into RunInstances when the caller gives none, as the EC2
+    model marks it an idempotency token; RequestSpotInstances gets none unless given.
+    """
+    token = response._get_param("ClientToken")
+    if not token or response._get_param("DryRun"):
+        return launch()
+    _check_token(token)
+    fingerprint = _fingerprint(response.params)
+    ledger = _token_ledger(response.ec2_backend)
+    with _STATE_LOCK:
+        earlier = ledger.get((action, token))
+        if earlier is None:
+            result = launch()
+            ledger[(action, token)] = _TokenUse(fingerprint, ids_of(result.result))
+            return result
+    if earlier.fingerprint != fingerprint:
+        raise _IdempotentParameterMismatch()
+    return replay(response, earlier.ids)
+
+
+def _reservation_ids(reservation: Any) -> tuple[str, ...]:
+    return (str(reservation.id),)
+
+
+# moto's serializer reports every RunInstances instance as "pending".
+_RUN_INSTANCES_STATE: Final = "RunInstances.Reservation.Instances.Instance.State"
+
+
+def _replay_reservation(response: Any, ids: tuple[str, ...]) -> ActionResult:
+    """The original reservation object, so the reply names the same instances; and, as
+    EC2 documents, "the only information that might vary is the state of the instance":
+    so this reply shows their current state, not moto's fixed "pending"."""
+    transformers = dict(response.RESPONSE_KEY_PATH_TO_TRANSFORMER)
+    transformers.pop(_RUN_INSTANCES_STATE, None)
+    response.RESPONSE_KEY_PATH_TO_TRANSFORMER = transformers  # this response only
+    return ActionResult(response.ec2_backend.reservations[ids[0]])
+
+
+def _spot_request_ids(result: Any) -> tuple[str, ...]:
+    return tuple(str(request.id) for request in result["SpotInstanceRequests"])
+
+
+def _replay_spot_requests(response: Any, ids: tuple[str, ...]) -> ActionResult:
+    requests = [response.ec2_backend.spot_instance_requests[request_id] for request_id in ids]
+    return ActionResult({"SpotInstanceRequests": requests})
+
+
+def _refuse_unknown_image(backend: Any, image_id: str | None) -> None:
+    """EC2 refuses a launch naming an AMI it doesn't have (InvalidAMIID.NotFound); moto
+    only checks under a process-wide setting, which would reach every moto user in the
+    process, so the check is made here, for our accounts only."""
+    if image_id:
+        backend.describe_images(ami_ids=[image_id])
+
+
+# --------------------------------------------------------------------------------------
+# Fix: eventual consistency on demand (new instances missing from a few describes)
+# --------------------------------------------------------------------------------------
+
+
+def _hidden_counters(backend: Any) -> dict[str, int]:
+    counters: dict[str, int] | None = getattr(backend, "_dynagent_hidden", None)
+    if counters is None:
+        counters = {}
+        backend._dynagent_hidden = counters
+    return counters
+
+
+def _hide_new(backend: Any, reservation: Any, describes: int) -> None:
+    if describes > 0:
+        counters = _hidden_counters(backend)
+        for instance in reservation.instances:
+            counters[instance.id] = describes
+
+
+def _hidden_from_this_describe(backend: Any) -> frozenset[str]:
+    """The instances this DescribeInstances call must not show; the call counts down."""
+    with _STATE_LOCK:
+        counters = _hidden_counters(backend)
+        hidden = frozenset(iid for iid, left in counters.items() if left > 0)
+        for instance_id in hidden:
+            counters[instance_id] -= 1
+        return hidden
+
+
+def _without(reservation: Any, hidden: frozenset[str]) -> Any:
+    # A shallow copy: the real reservation keeps its instances for every later call.
+    visible = copy.copy(reservation)
+    visible.instances = [i for i in reservation.instances if i.id not in hidden]
+    return visible
+
+
+# --------------------------------------------------------------------------------------
+# Fix: spot request life cycle (EC2's states and status codes)
+# --------------------------------------------------------------------------------------
+
+# Spot request status codes, from EC2's "Spot request status" documentation.
+PENDING_FULFILLMENT: Final = "pending-fulfillment"
+FULFILLED: Final = "fulfilled"
+# The docs' state table spells this one "canceled-", their list of codes "cancelled-".
+CANCELED_BEFORE_FULFILLMENT: Final = "canceled-before-fulfillment"
+REQUEST_CANCELED_AND_INSTANCE_RUNNING: Final = "request-canceled-and-instance-running"
+INSTANCE_TERMINATED_BY_USER: Final = "instance-terminated-by-user"
+
+
+def _set_status(request: Any, state: str, code: str, message: str, when: datetime) -> None:
+    request.state = state
+    request._status_code = code
+    request.status_message = message
+    request._dynagent_update_time = when
+
+
+def _instance_gone(instance: Any) -> bool:
+    return instance.state in ("shutting-down", "terminated")
+
+
+def _cancel(request: Any, now: datetime) -> None:
+    """EC2 keeps a cancelled request, and its code tells what became of its instance."""
+    if request.state not in ("open", "active", "disabled"):
+        return  # EC2 cancels only these; a closed or cancelled request stays as it is
+    if request.instance is None:
+        code = CANCELED_BEFORE_FULFILLMENT
+        message = "You canceled the Spot request before it was fulfilled."
+    elif _instance_gone(request.instance):
+        code = INSTANCE_TERMINATED_BY_USER
+        message = "The Spot Instance was terminated by the user."
+    else:
+        code = REQUEST_CANCELED_AND_INSTANCE_RUNNING
+        message = "You canceled the Spot request while the Spot Instance is still running."
+    _set_status(request, "cancelled", code, message, now)
+
+
+def _close_requests_of(backend: Any, instance_ids: set[str], now: datetime) -> None:
+    """Terminating a spot instance closes its one-time request (a cancelled one stays
+    cancelled), both with code instance-terminated-by-user. Persistent requests would
+    re-open and relaunch in EC2; that is not modelled (dynagent asks for one-time)."""
+    for request in backend.spot_instance_requests.values():
+        if request.instance is None or request.instance.id not in instance_ids:
+            continue
+        message = "The Spot Instance was terminated by the user."
+        if request.state == "active":
+            _set_status(request, "closed", INSTANCE_TERMINATED_BY_USER, message, now)
+        elif request._status_code == REQUEST_CANCELED_AND_INSTANCE_RUNNING:
+            _set_status(request, "cancelled", INSTANCE_TERMINATED_BY_USER, message, now)
+
+
+# --------------------------------------------------------------------------------------
+# The wrappers installed over moto while a LocalAws runs
+# --------------------------------------------------------------------------------------
+
+# moto's originals, taken once at import: the wrappers always call through to these.
+_moto_run_instances = InstanceResponse.run_instances
+_moto_describe_instances = InstanceResponse.describe_instances
+_moto_request_spot_instances = SpotInstances.request_spot_instances
+_moto_describe_spot_instance_requests = SpotInstances.describe_spot_instance_requests
+_moto_cancel_spot_instance_requests = SpotRequestBackend.cancel_spot_instance_requests
+_moto_terminate_instances = InstanceBackend.terminate_instances
+_moto_spot_request_init = SpotInstanceRequest.__init__
+_moto_launch_instance = SpotInstanceRequest.launch_instance
+_moto_spot_status: Any = SpotInstanceRequest.__dict__["status"]
+_moto_spot_create_time: Any = SpotInstanceRequest.__dict__["create_time"]
+_moto_spot_get_filter_value = SpotInstanceRequest.get_filter_value
+
+
+def _run_instances(self: Any) -> ActionResult:
+    knobs = _knobs_for(self.current_account)
+    if knobs is None:
+        return _moto_run_instances(self)
+
+    def launch() -> ActionResult:
+        _refuse_unknown_image(self.ec2_backend, self._get_param("ImageId"))
+        # EC2 launches MaxCount when it has the capacity (and at least MinCount or none);
+        # moto launches MinCount. The local cloud always has capacity.
+        max_count = self._get_param("MaxCount")
+        if max_count is not None:
+            self.params["MinCount"] = max_count
+        result = _moto_run_instances(self)
+        _hide_new(self.ec2_backend, result.result, knobs.hide_new_instances_for)
+        return result
+
+    return _idempotent(self, "RunInstances", launch, _reservation_ids, _replay_reservation)
+
+
+def _describe_instances(self: Any) -> ActionResult:
+    if _knobs_for(self.current_account) is None:
+        return _moto_describe_instances(self)
+    hidden = _hidden_from_this_describe(self.ec2_backend)
+    asked_for_hidden = sorted(hidden.intersection(self._get_param("InstanceIds", [])))
+    if asked_for_hidden:
+        # What EC2 says about an id it has not propagated yet.
+        raise InvalidInstanceIdError(asked_for_hidden)
+    result = _moto_describe_instances(self)
+    if hidden:
+        page = cast(dict[str, Any], result.result)
+        visible = (_without(r, hidden) for r in page["Reservations"])
+        page["Reservations"] = [r for r in visible if r.instances]
+    return result
+
+
+def _request_spot_instances(self: Any) -> ActionResult:
+    if _knobs_for(self.current_account) is None:
+        return _moto_request_spot_instances(self)
+
+    def launch() -> ActionResult:
+        image_id = self._get_param("LaunchSpecification.ImageId")
+        _refuse_unknown_image(self.ec2_backend, image_id)
+        return _moto_request_spot_instances(self)
+
+    return _idempotent(
+        self, "RequestSpotInstances", launch, _spot_request_ids, _replay_spot_requests
+    )
+
+
+def _describe_spot_instance_requests(self: Any) -> ActionResult:
+    """moto ignores MaxResults and NextToken here and answers in one page; EC2 pages."""
+    result = _moto_describe_spot_instance_requests(self)
+    max_results = self._get_param("MaxResults")
+    if _knobs_for(self.current_account) is None or max_results is None:
+        return result
+    requests = cast(dict[str, Any], result.result)["SpotInstanceRequests"]
+    after = _after_token(requests, self._get_param("NextToken"), self.ec2_backend)
+    page = after[: int(max_results)]
+    next_token = page[-1].id if len(after) > len(page) else None
+    return ActionResult({"SpotInstanceRequests": page, "NextToken": next_token})
+
+
+def _after_token(requests: list[Any], token: str | None, backend: Any) -> list[Any]:
+    """The token is the last id served. Order is creation order, which is stable because
+    requests are no longer deleted, so a request that stops matching the filter between
+    pages cannot derail the next page."""
+    if not token:
+        return requests
+    order = {request_id: n for n, request_id in enumerate(backend.spot_instance_requests)}
+    if token not in order:
+        raise EC2ClientError("InvalidParameterValue", f"The NextToken {token!r} is not valid.")
+    return [request for request in requests if order[request.id] > order[token]]
+
+
+def _cancel_spot_instance_requests(self: Any, request_ids: list[str]) -> list[Any]:
+    """moto pops cancelled requests, so they vanish; EC2 keeps them, state ``cancelled``."""
+    if _knobs_for(self.account_id) is None:
+        return _moto_cancel_spot_instance_requests(self, request_ids)
+    missing = [rid for rid in request_ids if rid not in self.spot_instance_requests]
+    if missing:
+        # EC2's answer; moto's pop raised a KeyError, which its server turns into a 500.
+        raise EC2ClientError(
+            "InvalidSpotInstanceRequestID.NotFound",
+            f"The spot instance request ID '{missing[0]}' does not exist",
+        )
+    requests = [self.spot_instance_requests[rid] for rid in request_ids]
+    now = utcnow()
+    with _STATE_LOCK:
+        for request in requests:
+            _cancel(request, now)
+    return requests
+
+
+def _terminate_instances(self: Any, instance_ids: list[str]) -> list[Any]:
+    terminated = _moto_terminate_instances(self, instance_ids)
+    if _knobs_for(self.account_id) is not None:
+        with _STATE_LOCK:
+            _close_requests_of(self, {instance.id for instance, _ in terminated}, utcnow())
+    return terminated
+
+
+def _spot_request_init(self: Any, ec2_backend: Any, *args: Any, **kwargs: Any) -> None:
+    _moto_spot_request_init(self, ec2_backend, *args, **kwargs)
+    if _knobs_for(ec2_backend.account_id) is None:
+        return
+    now = utcnow()
+    self._dynagent_create_time = now
+    self._dynagent_update_time = now
+    if self.instance is None:  # fulfilment is switched off: EC2's "still waiting"
+        message = "Your Spot request is pending fulfillment."
+        _set_status(self, "open", PENDING_FULFILLMENT, message, now)
+    else:
+        # EC2 names the request on its instance; moto leaves SpotInstanceRequestId empty.
+        self.instance.spot_instance_request_id = self.id
+
+
+def _spot_launch_instance(self: Any) -> Any:
+    knobs = _knobs_for(self.ec2_backend.account_id)
+    if knobs is not None and not knobs.fulfil_spot_requests:
+        return None
+    return _moto_launch_instance(self)
+
+
+def _spot_status(self: Any) -> dict[str, Any]:
+    # moto reports every update as 2015-01-01; real times let a clock-driven reconcile
+    # tell a fresh request from a stale one.
+    status = dict(_moto_spot_status.fget(self))
+    update_time = getattr(self, "_dynagent_update_time", None)
+    if update_time is not None:
+        status["UpdateTime"] = update_time
+    return status
+
+
+def _spot_create_time(self: Any) -> Any:
+    created = getattr(self, "_dynagent_create_time", None)
+    return created if created is not None else _moto_spot_create_time.fget(self)
+
+
+def _spot_instance_id(self: Any) -> str | None:
+    # An open request has no instance; moto's property would fail on None.
+    return None if self.instance is None else str(self.instance.id)
+
+
+def _spot_get_filter_value(self: Any, filter_name: str, method_name: str | None = None) -> Any:
+    if filter_name == "status-code":  # an EC2 filter moto does not implement
+        return self._status_code
+    if filter_name == "instance-id":  # None matches nothing, as for EC2's open requests
+        return _spot_instance_id(self)
+    return _moto_spot_get_filter_value(self, filter_name, method_name)
+
+
+# (owner, attribute, replacement): each replaces an attribute the owner defines itself.
+# The method wrappers check that the account is a LocalAws's and otherwise call moto's
+# original. The SpotInstanceRequest properties and filter need no check: they differ
+# from moto only on state the fixes create, or where moto would fail (status-code filter).
+_PATCHES: Final[tuple[tuple[type, str, object], ...]] = (
+    (InstanceResponse, "run_instances", _run_instances),
+    (InstanceResponse, "describe_instances", _describe_instances),
+    (SpotInstances, "request_spot_instances", _request_spot_instances),
+    (SpotInstances, "describe_spot_instance_requests", _describe_spot_instance_requests),
+    (SpotRequestBackend, "cancel_spot_instance_requests", _cancel_spot_instance_requests),
+    (InstanceBackend, "terminate_instances", _terminate_instances),
+    (SpotInstanceRequest, "__init__", _spot_request_init),
+    (SpotInstanceRequest, "launch_instance", _spot_launch_instance),
+    (SpotInstanceRequest, "status", property(_spot_status)),
+    (SpotInstanceRequest, "create_time", property(_spot_create_time)),
+    (SpotInstanceRequest, "instance_id", property(_spot_instance_id)),
+    (SpotInstanceRequest, "get_filter_value", _spot_get_filter_value),
+)
+_MISSING: Final = object()
+_saved: list[tuple[type, str, object]] = []
+
+
+def _install_patches() -> None:
+    for owner, name, replacement in _PATCHES:
+        _saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+        setattr(owner, name, replacement)
+
+
+def _remove_patches() -> None:
+    while _saved:
+        owner, name, original = _saved.pop()
+        if original is _MISSING:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+
+
+def _claim(account_id: str, knobs: _Knobs) -> None:
+    """The patches are installed while any LocalAws runs and act only on owned accounts."""
+    with _OWNED_LOCK:
+        if not _OWNED:
+            _install_patches()
+        _OWNED[account_id] = knobs
+
+
+def _release(account_id: str) -> None:
+    with _OWNED_LOCK:
+        _OWNED.pop(account_id, None)
+        if not _OWNED:
+            _remove_patches()
+
+
+# --------------------------------------------------------------------------------------
+# LocalAws
+# --------------------------------------------------------------------------------------
+
+
+class LocalAws:
+    """moto's server on 127.0.0.1 (an OS-chosen port) with EC2's behaviours we depend on.
+
+    Use it as a context manager, or call start() and stop(). It sets nothing in
+    ``os.environ``: ``env()`` gives the variables a subprocess or handler needs, and
+    ``client()`` builds boto3 clients pointed at it. See the module docstring for what
+    differs from plain moto and why.
+    """
+
+    def __init__(self, region: str = DEFAULT_REGION, *, fulfil_spot_requests: bool = True):
+        self._region = region
+        self._account_id = f"{next(_ACCOUNT_IDS):012d}"
+        self._defaults = _Knobs(fulfil_spot_requests=fulfil_spot_requests)
+        self._knobs = _Knobs(fulfil_spot_requests=fulfil_spot_requests)
+        self._calls = _CallLog()
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self._session: boto3.session.Session | None = None
+        self._session_lock = threading.Lock()
+
+    # -- life cycle -----------------------------------------------------------------
+
+    def start(self) -> Self:
+        if self._server is not None:
+            raise RuntimeError("this LocalAws is already running")
+        forced = os.environ.get("MOTO_ACCOUNT_ID")
+        if forced is not None:
+            # moto lets this variable override every request's account, which would
+            # merge all servers' state into one account: refuse rather than share.
+            raise RuntimeError(f"MOTO_ACCOUNT_ID={forced} is set; LocalAws needs it unset")
+        _claim(self._account_id, self._knobs)
+        try:
+            app = DomainDispatcherApplication(create_backend_app)
+            wrapped = _AccountStampingRecorder(app, self._account_id, self._calls)
+            server = make_server(LOOPBACK, 0, wrapped, threaded=True, request_handler=_QuietHandler)
+        except BaseException:
+            _release(self._account_id)
+            raise
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": _POLL_SECONDS},
+            name=f"local-aws:{self.port}",
+            daemon=True,  # never keep a test run alive; stop() still joins it
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, close the listening socket, join the thread. Safe to repeat."""
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        self._server = self._thread = None
+        try:
+            server.shutdown()
+            server.server_close()  # shutdown() alone leaves the port bound
+            thread.join()
+        finally:
+            _release(self._account_id)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    # -- where it is ----------------------------------------------------------------
+
+    @property
+    def region(self) -> str:
+        return self._region
+
+    @property
+    def account_id(self) -> str:
+        """The moto account every request to this server lands in."""
+        return self._account_id
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) the listening socket is bound to, as the OS reports it."""
+        if self._server is None:
+            raise RuntimeError("LocalAws is not running")
+        host, port = self._server.socket.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment for a subprocess or handler to use this server and nothing else."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_DEFAULT_REGION": self._region,
+            "AWS_REGION": self._region,  # what Lambda sets, and Powertools reads
+            "AWS_ACCESS_KEY_ID": DUMMY_ACCESS_KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": DUMMY_SECRET_ACCESS_KEY,
+            "AWS_EC2_METADATA_DISABLED": "true",  # never wait on an instance-metadata lookup
+        }
+
+    def client(self, service: str, region: str | None = None) -> Any:
+        """A new boto3 client for ``service`` on this server, with dummy credentials."""
+        with self._session_lock:
+            # One session for all clients: it caches the service models, which makes a
+            # client per test cheap. Sessions are not thread-safe, hence the lock.
+            if self._session is None:
+                self._session = boto3.session.Session(
+                    aws_access_key_id=DUMMY_ACCESS_KEY_ID,
+                    aws_secret_access_key=DUMMY_SECRET_ACCESS_KEY,
+                    region_name=self._region,
+                )
+            return self._session.client(
+                service, endpoint_url=self.endpoint_url, region_name=region or self._region
+            )
+
+    # -- state --------------------------------------------------------------------
+
+    def ec2_backend(self) -> Any:
+        """moto's in-process EC2 backend for this account and region, to arrange fake-cloud
+        state the API cannot (prefer the helpers below, which keep it consistent)."""
+        return ec2_backends[self._account_id][self._region]
+
+    def image_id(self, region: str | None = None) -> str:
+        """An AMI id the region knows (moto ships copies of Amazon's public AMIs). Asking
+        the API instead lists every one of them, which costs most of a second."""
+        backend = ec2_backends[self._account_id][region or self._region]
+        return str(backend.describe_images(owners=["amazon"])[0].id)
+
+    def reset(self) -> None:
+        """Forget everything this account holds in every service, and restore the knobs."""
+        with backend_lock:
+            # BackendDict._instances is moto's own list of the services in use, the same
+            # one its global reset walks; dropping our account leaves other accounts alone.
+            in_use: list[Any] = vars(BackendDict)["_instances"]
+            for service in list(in_use):
+                service.pop(self._account_id, None)
+        self._knobs.fulfil_spot_requests = self._defaults.fulfil_spot_requests
+        self._knobs.hide_new_instances_for = self._defaults.hide_new_instances_for
+
+    # -- knobs ----------------------------------------------------------------------
+
+    @property
+    def fulfil_spot_requests(self) -> bool:
+        """When False, new spot requests stay ``open``/``pending-fulfillment`` without an
+        instance (until fulfil_spot_request()); when True, moto fulfils them at once."""
+        return self._knobs.fulfil_spot_requests
+
+    @fulfil_spot_requests.setter
+    def fulfil_spot_requests(self, value: bool) -> None:
+        self._knobs.fulfil_spot_requests = value
+
+    def hide_new_instances(self, describes: int) -> None:
+        """EC2 is eventually consistent: a just-launched instance can be missing from
+        DescribeInstances for a while (and describing its id fails NotFound). Instances
+        launched by RunInstances from now on are hidden from the next ``describes``
+        DescribeInstances calls. 0 turns it off. reset() turns it off too."""
+        if describes < 0:
+            raise ValueError("describes must be >= 0")
+        self._knobs.hide_new_instances_for = describes
+
+    def fulfil_spot_request(self, request_id: str) -> str:
+        """Fulfil an open spot request now, as EC2 eventually would; returns the instance id."""
+        request = self._spot_request(request_id)
+        if request.instance is not None:
+            raise ValueError(f"{request_id} already has instance {request.instance.id}")
+        with _STATE_LOCK:
+            request.instance = _moto_launch_instance(request)
+            request.instance.spot_instance_request_id = request.id
+            _set_status(request, "active", FULFILLED, "Your Spot request is fulfilled.", utcnow())
+        return str(request.instance.id)
+
+    def set_spot_request_status(
+        self,
+        request_id: str,
+        state: str,
+        code: str,
+        updated_at: datetime,
+        message: str = "",
+    ) -> None:
+        """Put a spot request into any state and status code, updated at ``updated_at``
+        (timezone-aware), e.g. ``("open", "capacity-not-available", an hour ago)``."""
+        request = self._spot_request(request_id)
+        with _STATE_LOCK:
+            _set_status(request, state, code, message, _naive_utc(updated_at))
+
+    def set_spot_request_create_time(self, request_id: str, created_at: datetime) -> None:
+        """Age a spot request: its CreateTime becomes ``created_at`` (timezone-aware)."""
+        self._spot_request(request_id)._dynagent_create_time = _naive_utc(created_at)
+
+    def set_launch_time(self, instance_id: str, when: datetime) -> None:
+        """Age an instance: moto stamps the real launch time, a reconcile decides with an
+        injected clock, so tests move the instance instead (``when`` timezone-aware)."""
+        self.ec2_backend().get_instance(instance_id).launch_time = _naive_utc(when)
+
+    def _spot_request(self, request_id: str) -> Any:
+        requests = self.ec2_backend().spot_instance_requests
+        if request_id not in requests:
+            raise KeyError(f"no spot request {request_id} in the local AWS")
+        return requests[request_id]
+
+    # -- calls served -----------------------------------------------------------------
+
+    def calls(self, service: str | None = None) -> list[str]:
+        """Action names of the requests served since the last clear_calls(), in order;
+        only ``service``'s ('ec2', 'sqs') if given."""
+        return [c.action for c in self._calls.snapshot() if service in (None, c.service)]
+
+    def api_calls(self) -> list[ApiCall]:
+        """The same, as (service, action) pairs."""
+        return self._calls.snapshot()
+
+    def clear_calls(self) -> None:
+        self._calls.clear()

@@ -1,0 +1,87 @@
+"""The ``dynagent`` command, run in-process with the local AWS in its environment."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dynagent.aws import clients
+from dynagent.cli import main
+
+from .helpers import fifo_queue, image_id, managed_instances, pool_document, snapshot, write_config
+
+
+@pytest.fixture
+def env(aws: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in aws.env().items():
+        monkeypatch.setenv(name, value)
+    clients.ec2_client.cache_clear()
+    clients.sqs_client.cache_clear()
+
+
+def test_validate_summarises_a_good_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_config(tmp_path / "c.yaml", pool_document("ami-0123456789abcdef0", spot=True))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "pool a100: aws p4d.24xlarge x 8 slots, 0..5 instances" in out
+    assert "spot" in out
+
+
+def test_validate_names_the_pool_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_config(
+        tmp_path / "c.yaml", pool_document("ami-0123456789abcdef0", max_idle_agent_period="soon")
+    )
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "pool 'a100'" in err and "provider.max_idle_agent_period" in err
+
+
+def test_validate_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read config" in capsys.readouterr().err
+
+
+def test_publish_sets_group_and_dedup_ids(
+    env: None, sqs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = fifo_queue(sqs, "snapshots.fifo")
+    monkeypatch.setattr("sys.stdin", io.StringIO(snapshot(42).to_json()))
+    assert main(["publish", "--to", url]) == 0
+    file = tmp_path / "s.json"
+    file.write_text(snapshot(42).to_json())
+    assert main(["publish", str(file), "--to", url]) == 0  # a resend: deduplicated
+
+    messages = sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+    )["Messages"]
+    assert len(messages) == 1
+    assert messages[0]["Attributes"]["MessageGroupId"] == "a100"
+    assert messages[0]["Attributes"]["MessageDeduplicationId"] == "a100:42"
+
+
+def test_publish_refuses_a_standard_queue(
+    env: None, sqs: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = sqs.create_queue(QueueName="plain")["QueueUrl"]
+    monkeypatch.setattr("sys.stdin", io.StringIO(snapshot(1).to_json()))
+    assert main(["publish", "--to", url]) == 2
+    assert "not a FIFO queue" in capsys.readouterr().err
+
+
+def test_plan_changes_nothing(
+    env: None, ec2: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_config(tmp_path / "c.yaml", pool_document(image_id(ec2)))
+    file = tmp_path / "s.json"
+    file.write_text(snapshot(3, pending=[("trial", 16)]).to_json())
+    assert main(["plan", "--config", str(path), "--snapshot", str(file)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("launch 1 instance: pending tasks: trial") == 2
+    assert managed_instances(ec2) == []

@@ -1,0 +1,38 @@
+"""``dynagent demo`` end to end: its own local AWS, the real publisher, queue and functions."""
+
+from __future__ import annotations
+
+import io
+import re
+import socket
+from urllib.parse import urlsplit
+
+from dynagent.demo.run import run_demo
+
+
+def test_the_demo_tells_the_whole_story_and_cleans_up() -> None:
+    out = io.StringIO()
+    assert run_demo(out=out) == 0
+    text = out.getvalue()
+
+    assert "reconcile launch 1 instance: pending tasks: trial-1" in text
+    assert text.count("launch 1 instance: pending tasks: trial-2") == 2  # two whole agents
+    assert re.search(r"agent +i-[0-9a-f]+ registered", text)
+    assert "unschedulable trial-odd (6 slots)" in text
+    assert "never registered (max_agent_starting_period 10m)" in text
+    assert "dead-letter queue: version 9 is not one this function knows" in text
+    # The master went quiet: the sweep alone reaps the last idle agent.
+    assert re.search(r"sweep +terminate i-[0-9a-f]+: idle for 10m", text)
+
+    table = text.split("Fleet at the end")[1].split("Dead-letter queue")[0]
+    rows = [line for line in table.splitlines() if line.strip().startswith("i-")]
+    assert len(rows) == 5
+    assert all(" terminated " in row for row in rows)
+
+    # Every process and port it started is gone.
+    assert text.rstrip().endswith("local AWS stopped.")
+    endpoint = re.search(r"local AWS \(moto\) on (\S+)", text)
+    assert endpoint
+    port = urlsplit(endpoint.group(1)).port
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port or 0)) != 0

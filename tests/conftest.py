@@ -1,0 +1,46 @@
+"""Shared fixtures: one local AWS (moto's server on 127.0.0.1) for the whole session.
+
+Starting the server once keeps the AWS tests fast; ``aws`` resets its state before each
+test, so tests never see each other's instances, queues or recorded calls. The server
+listens on loopback only and is stopped (port closed, thread joined) by the fixture that
+started it. Nothing here touches ``os.environ``: a test that needs the variables takes
+them from ``aws.env()`` through ``monkeypatch``, which restores them.
+
+moto is imported only when an AWS fixture is first used, so the core tests don't pay for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from dynagent.local.aws import LocalAws
+
+
+@pytest.fixture(scope="session")
+def local_aws() -> Iterator[LocalAws]:
+    from dynagent.local.aws import LocalAws
+
+    with LocalAws() as server:
+        yield server
+
+
+@pytest.fixture
+def aws(local_aws: LocalAws) -> LocalAws:
+    """The session's local AWS, wiped clean: no state, default knobs, no calls recorded."""
+    local_aws.reset()
+    local_aws.clear_calls()
+    return local_aws
+
+
+@pytest.fixture
+def ec2(aws: LocalAws) -> Any:
+    return aws.client("ec2")
+
+
+@pytest.fixture
+def sqs(aws: LocalAws) -> Any:
+    return aws.client("sqs")
