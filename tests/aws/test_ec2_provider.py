@@ -233,3 +233,10 @@ def test_reconcile_never_touches_an_instance_without_the_managed_pair(ec2: Any) 
     state = ec2.describe_instances(InstanceIds=[lookalike["InstanceId"]])["Reservations"][0]
     assert state["Instances"][0]["State"]["Name"] in ("stopping", "stopped")
     assert "dynagent:registered" not in tags_of(state["Instances"][0])
+
+
+def test_clients_use_the_standard_retry_mode() -> None:
+    from dynagent.aws.clients import ec2_client, sqs_client
+
+    for client in (ec2_client("us-west-2"), sqs_client("us-west-2")):
+        assert client.meta.config.retries["mode"] == "standard"
