@@ -355,13 +355,14 @@ def test_sweep_runs_every_minute_one_at_a_time(template: Template) -> None:
 
 
 def test_environment_matches_what_the_functions_read(template: Template) -> None:
-    from dynagent.aws.functions import CONFIG_ENV, DEAD_LETTER_ENV
+    from dynagent.aws.functions import CONFIG_ENV, DEAD_LETTER_ENV, SNAPSHOT_QUEUE_ENV
 
     variables = template["Globals"]["Function"]["Environment"]["Variables"]
     assert variables[CONFIG_ENV] == "/var/task/dynagent.yaml"
     assert {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_LOG_LEVEL"} <= set(variables)
     reconcile = function_by_handler(template, "app.reconcile")["Properties"]
     assert DEAD_LETTER_ENV in reconcile["Environment"]["Variables"]
+    assert SNAPSHOT_QUEUE_ENV in reconcile["Environment"]["Variables"]
 
 
 def test_outputs_give_the_publisher_what_it_needs(template: Template) -> None:

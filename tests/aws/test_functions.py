@@ -19,8 +19,9 @@ import boto3
 import pytest
 from botocore.config import Config as BotoConfig
 
-from dynagent.aws.functions import AwsFunctions
-from dynagent.local.event_source import LambdaContext
+from dynagent.aws.functions import AwsFunctions, retry_delay
+from dynagent.aws.sqs import SqsPublisher
+from dynagent.local.event_source import LambdaContext, deliver_once
 
 from .helpers import (
     config,
@@ -146,7 +147,28 @@ def test_replayed_batch_launches_nothing_more(
     assert len(managed_instances(ec2)) == 2
 
 
-def test_a_failing_pool_fails_only_its_own_group(aws: Any, ec2: Any, sqs: Any, queues: Any) -> None:
+class Recorder:
+    """A logger that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str, dict[str, Any]]] = []
+
+    def _log(self, level: str, message: str, extra: dict[str, Any] | None = None) -> None:
+        self.records.append((level, message, extra or {}))
+
+    def info(self, message: str, extra: dict[str, Any] | None = None) -> None:
+        self._log("info", message, extra)
+
+    def warning(self, message: str, extra: dict[str, Any] | None = None) -> None:
+        self._log("warning", message, extra)
+
+    def error(self, message: str, extra: dict[str, Any] | None = None) -> None:
+        self._log("error", message, extra)
+
+
+def test_a_failing_pool_fails_only_its_own_group_and_comes_back_soon(
+    aws: Any, ec2: Any, sqs: Any, queues: Any
+) -> None:
     image = image_id(ec2)
     cfg = config(pool_document(image), pool_document(image, name="eu", region="eu-west-1"))
     unreachable = boto3.client(  # nothing listens on port 9 of loopback
@@ -157,20 +179,26 @@ def test_a_failing_pool_fails_only_its_own_group(aws: Any, ec2: Any, sqs: Any, q
         aws_secret_access_key="testing",
         config=BotoConfig(retries={"total_max_attempts": 1}, connect_timeout=1),
     )
-
+    logger = Recorder()
     functions = AwsFunctions(
-        cfg, ec2_for_region=lambda region: ec2 if region == "us-west-2" else unreachable
+        cfg,
+        ec2_for_region=lambda region: ec2 if region == "us-west-2" else unreachable,
+        sqs=sqs,
+        snapshot_queue_url=queues[0],
+        logger=logger,
     )
-    event = published_event(
-        sqs,
-        queues[0],
-        snapshot(1, pool="eu", pending=[("x", 8)]),
-        snapshot(1, pending=[("y", 8)]),
-    )
-    failed = functions.reconcile_batch(event, LambdaContext())["batchItemFailures"]
-    eu_message = event["Records"][0]["messageId"]
-    assert failed == [{"itemIdentifier": eu_message}]
+    publisher = SqsPublisher(queues[0], sqs)
+    publisher.publish(snapshot(1, pool="eu", pending=[("x", 8)]))
+    publisher.publish(snapshot(1, pending=[("y", 8)]))
+    aws.clear_calls()
+
+    delivered, failed = deliver_once(sqs, queues[0], functions.reconcile_batch, "us-west-2")
+    assert (delivered, failed) == (2, 1)
     assert len(managed_instances(ec2)) == 1
+    # The failed record's wait is cut to the first backoff step, not the queue's timeout.
+    assert "ChangeMessageVisibilityBatch" in aws.calls()
+    assert not [r for r in logger.records if r[1] == "could not shorten the retry delay"]
+    assert [retry_delay(n) for n in (1, 2, 3, 6, 50)] == [10, 20, 40, 300, 300]
 
 
 def test_the_sweep_reaps_by_tags_alone(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.batch import (
     process_partial_response,
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from botocore.exceptions import ClientError
 
 from dynagent.config import Config, Pool, load_config
 from dynagent.reconcile import Outcome, apply_snapshot, newest_per_pool, sweep
@@ -30,6 +31,10 @@ from .sqs import send_dead_letter
 
 CONFIG_ENV = "DYNAGENT_CONFIG"
 DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_QUEUE_URL"
+SNAPSHOT_QUEUE_ENV = "DYNAGENT_SNAPSHOT_QUEUE_URL"
+# A failed record is retried after this, doubling with each receive, up to the cap.
+RETRY_DELAY_SECONDS = 10
+RETRY_DELAY_CAP_SECONDS = 300
 
 
 @dataclass
@@ -40,6 +45,7 @@ class AwsFunctions:
     ec2_for_region: Callable[[str], Any] = ec2_client
     sqs: Any = None
     dead_letter_url: str | None = None
+    snapshot_queue_url: str | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
     logger: Any = field(default_factory=lambda: logging.getLogger("dynagent"))
@@ -50,11 +56,11 @@ class AwsFunctions:
         path = os.environ.get(CONFIG_ENV)
         if not path:
             raise RuntimeError(f"set {CONFIG_ENV} to the path of the pool config file")
-        dead_letter_url = os.environ.get(DEAD_LETTER_ENV) or None
         return cls(
             config=load_config(path),
-            sqs=sqs_client() if dead_letter_url else None,
-            dead_letter_url=dead_letter_url,
+            sqs=sqs_client(),
+            dead_letter_url=os.environ.get(DEAD_LETTER_ENV) or None,
+            snapshot_queue_url=os.environ.get(SNAPSHOT_QUEUE_ENV) or None,
             logger=logger,
         )
 
@@ -89,7 +95,35 @@ class AwsFunctions:
             processor=SqsFifoPartialProcessor(skip_group_on_error=True),
             context=context,
         )
+        self._retry_soon(records, response)
         return dict(response)
+
+    def _retry_soon(self, records: list[SQSRecord], response: Mapping[str, Any]) -> None:
+        """Bring failed records back after a short backoff.
+
+        Left alone, a failed record stays invisible for the queue's whole visibility
+        timeout, and in a FIFO queue it holds back every later snapshot of its pool.
+        """
+        failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+        if not failed or self.sqs is None or not self.snapshot_queue_url:
+            return
+        entries = [
+            {
+                "Id": str(index),
+                "ReceiptHandle": record.receipt_handle,
+                "VisibilityTimeout": retry_delay(
+                    int(record.attributes.approximate_receive_count or 1)
+                ),
+            }
+            for index, record in enumerate(records)
+            if record.message_id in failed
+        ]
+        try:
+            self.sqs.change_message_visibility_batch(
+                QueueUrl=self.snapshot_queue_url, Entries=entries
+            )
+        except ClientError as error:  # the records still come back, only later
+            self.logger.warning("could not shorten the retry delay", extra={"error": str(error)})
 
     def _handle_record(
         self, record: SQSRecord, parsed: Snapshot | InvalidSnapshot, newest: dict[str, int]
@@ -144,6 +178,13 @@ class AwsFunctions:
             self.logger.warning("pool has unschedulable tasks", extra=report)
         else:
             self.logger.info("pool reconciled" if not outcome.skipped else "skipped", extra=report)
+
+
+def retry_delay(receive_count: int) -> int:
+    """Seconds before a failed record's next try: 10, 20, 40, ... at most 300."""
+    exponent = min(max(0, receive_count - 1), 10)
+    delay: int = RETRY_DELAY_SECONDS << exponent
+    return min(delay, RETRY_DELAY_CAP_SECONDS)
 
 
 def _parse(body: str | None) -> Snapshot | InvalidSnapshot:
