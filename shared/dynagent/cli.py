@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from dynagent.config import Config, ConfigError, load_config
+from dynagent.config import AwsProvider, Config, ConfigError, load_config
 from dynagent.durations import format_duration
 from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 
@@ -64,7 +64,7 @@ def describe_config(config: Config) -> list[str]:
     for pool in config.pools.values():
         p = pool.provider
         lines.append(
-            f"pool {pool.name}: {p.type} {p.instance_type} x {p.slots_per_instance} slots, "
+            f"pool {pool.name}: {p.type} {p.shape}, {p.slots_per_instance} slots each, "
             f"{p.min_instances}..{p.max_instances} instances, "
             f"idle {format_duration(p.max_idle_agent_period)}, "
             f"starting {format_duration(p.max_agent_starting_period)}, "
@@ -95,11 +95,12 @@ def _plan(args: argparse.Namespace) -> int:
     from dynagent.aws.ec2 import Ec2Provider
     from dynagent.decide import decide
 
-    config = load_config(args.config)
+    config = load_config(args.config).for_cloud("aws")
     if args.pool is None and len(config.pools) != 1:
         raise ValueError(f"--pool is required: the config has {', '.join(config.pools)}")
     pool = config.pool(args.pool or next(iter(config.pools)))
     snapshot = _read_snapshot(args.snapshot) if args.snapshot else None
+    assert isinstance(pool.provider, AwsProvider)
     fleet = Ec2Provider(pool, ec2_client(pool.provider.region), config.settings).observe()
     plan = decide(pool, fleet, snapshot, datetime.now(UTC), config.settings)
     if args.json:

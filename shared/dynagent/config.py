@@ -9,144 +9,40 @@ at launch time.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dynagent.durations import parse_duration
-from dynagent.gpus import aws_gpus
+from dynagent.pools.aws import AwsProvider, CustomTag, NetworkInterface
+from dynagent.pools.common import Duration, ProvisionerFields, StrictModel
+from dynagent.pools.gcp import LABEL_VALUE, GcpProvider
+
+__all__ = [
+    "AwsProvider",
+    "Config",
+    "ConfigError",
+    "CustomTag",
+    "GcpProvider",
+    "NetworkInterface",
+    "Pool",
+    "ProviderConfig",
+    "ProvisionerFields",
+    "Settings",
+    "load_config",
+    "parse_config",
+]
 
 
 class ConfigError(ValueError):
     """The configuration cannot be used; the message names the pool and field path."""
 
 
-def _duration(value: Any) -> Any:
-    if isinstance(value, str):
-        return parse_duration(value)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
-    return value
-
-
-Duration = Annotated[timedelta, BeforeValidator(_duration)]
-_PRICE = re.compile(r"^\d+(\.\d+)?$")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class NetworkInterface(_Strict):
-    public_ip: bool = True
-    security_group_id: str | None = None
-    subnet_id: str | None = None
-
-
-class CustomTag(_Strict):
-    key: str = Field(min_length=1, max_length=128)
-    value: str = Field(max_length=256)
-
-
-class ProvisionerFields(_Strict):
-    """Fields every provider shares: how agents start and how the fleet is sized."""
-
-    master_url: str = "http://127.0.0.1:8080"
-    master_cert_name: str = ""
-    startup_script: str = ""
-    container_startup_script: str = ""
-    agent_docker_network: str = "default"
-    agent_docker_runtime: str = "runc"
-    agent_docker_image: str = "determinedai/determined-agent:0.38.0"
-    agent_fluent_image: str | None = None
-    agent_reconnect_attempts: int = Field(default=5, ge=0)
-    agent_reconnect_backoff: int = Field(default=5, ge=0)
-    min_instances: int = Field(default=0, ge=0)
-    max_instances: int = Field(default=5, ge=0)
-    max_idle_agent_period: Duration = timedelta(minutes=20)
-    max_agent_starting_period: Duration = timedelta(minutes=20)
-    # Ours: a registered agent missing from the snapshots this long is reaped.
-    max_disconnected_period: Duration = timedelta(minutes=10)
-    # Determined's launch retry and agent logging knobs; accepted so a pasted config
-    # loads. Launch errors here are retried by the next snapshot, not by a timer.
-    launch_error_timeout: Duration = timedelta(0)
-    launch_error_retries: int = Field(default=0, ge=0)
-    agent_config_file_contents: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _bounds(self) -> ProvisionerFields:
-        if self.max_instances < self.min_instances:
-            raise ValueError(
-                f"max_instances ({self.max_instances}) is below min_instances "
-                f"({self.min_instances})"
-            )
-        return self
-
-
-class AwsProvider(ProvisionerFields):
-    """An EC2 pool, with Determined's AWS provider fields."""
-
-    type: Literal["aws"]
-    region: str = Field(min_length=1)
-    image_id: str = Field(pattern=r"^ami-[0-9a-f]+$")
-    instance_type: str = "p3.8xlarge"
-    instance_slots: int | None = Field(default=None, ge=0)
-    cpu_slots_allowed: bool = False
-    root_volume_size: int = Field(default=200, ge=1)
-    tag_key: str = Field(default="managed-by", min_length=1, max_length=128)
-    tag_value: str = Field(default="dynagent", min_length=1, max_length=256)
-    instance_name: str = "determined-ai-agent"
-    ssh_key_name: str | None = None
-    iam_instance_profile_arn: str | None = None
-    network_interface: NetworkInterface = NetworkInterface()
-    spot: bool = False
-    spot_max_price: str | None = None
-    custom_tags: tuple[CustomTag, ...] = ()
-    use_private_ip: bool = True
-    log_group: str | None = None
-    log_stream: str | None = None
-
-    @field_validator("spot_max_price")
-    @classmethod
-    def _price(cls, price: str | None) -> str | None:
-        if price is not None and (not _PRICE.match(price) or float(price) <= 0):
-            raise ValueError(f'{price!r} is not a price in dollars per hour, like "3.50"')
-        return price
-
-    @model_validator(mode="after")
-    def _aws_checks(self) -> AwsProvider:
-        if self.instance_slots is None and aws_gpus(self.instance_type) is None:
-            raise ValueError(
-                f"instance_slots is required: instance type {self.instance_type!r} "
-                "is not in the built-in GPU table"
-            )
-        return self
-
-    @property
-    def slots_per_instance(self) -> int:
-        """Task slots one instance offers: its GPUs, or 1 for a CPU pool."""
-        gpus = (
-            self.instance_slots if self.instance_slots is not None else aws_gpus(self.instance_type)
-        )
-        if not gpus:
-            return 1 if self.cpu_slots_allowed else 0
-        return gpus
-
-
-ProviderConfig = AwsProvider
+ProviderConfig = Annotated[AwsProvider | GcpProvider, Field(discriminator="type")]
+PROVIDER_TYPES = ("aws", "gcp")
 
 # Pool-level keys of Determined's resource pools that the autoscaler has no use for.
 _DETERMINED_POOL_KEYS = frozenset(
@@ -166,8 +62,18 @@ class Pool(BaseModel):
     name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     provider: ProviderConfig
 
+    @model_validator(mode="after")
+    def _name_fits_labels(self) -> Pool:
+        # On GCP the pool's name is a label value on every instance it owns.
+        if isinstance(self.provider, GcpProvider) and not LABEL_VALUE.match(self.name):
+            raise ValueError(
+                f"pool_name {self.name!r} must be a Compute Engine label value for a gcp "
+                "pool (lowercase letters, digits, - or _)"
+            )
+        return self
 
-class Settings(_Strict):
+
+class Settings(StrictModel):
     """dynagent's own knobs, under a top-level ``dynagent:`` key."""
 
     # A snapshot older than this is ignored: a newer one has surely been sent since.
@@ -187,6 +93,11 @@ class Config(BaseModel):
 
     pools: Mapping[str, Pool]
     settings: Settings = Settings()
+
+    def for_cloud(self, kind: str) -> Config:
+        """The pools one cloud's functions manage (a config may hold both clouds)."""
+        pools = {name: pool for name, pool in self.pools.items() if pool.provider.type == kind}
+        return Config(pools=pools, settings=self.settings)
 
     def pool(self, name: str) -> Pool:
         try:
@@ -266,8 +177,14 @@ def _parse_pool(entry: Any, index: int, source: str) -> Pool:
     unknown = sorted(set(entry) - {"pool_name", "provider"} - _DETERMINED_POOL_KEYS)
     if unknown:
         raise ConfigError(f"{source}: {label}: unknown field(s): {', '.join(unknown)}")
-    if entry.get("provider") is None:
+    provider = entry.get("provider")
+    if provider is None:
         raise ConfigError(f"{source}: {label}: provider: required (the autoscaled instances)")
+    kind = provider.get("type") if isinstance(provider, dict) else None
+    if kind not in PROVIDER_TYPES:
+        raise ConfigError(
+            f"{source}: {label}: provider.type: {kind!r} is not one of {', '.join(PROVIDER_TYPES)}"
+        )
     try:
         return Pool.model_validate({"name": name, "provider": entry["provider"]})
     except ValidationError as error:
@@ -285,7 +202,7 @@ def _describe(error: ValidationError) -> str:
     """Each problem as ``field.path: message``, with Determined's names."""
     problems = []
     for item in error.errors():
-        location = [str(part) for part in item["loc"] if part != "aws"]
+        location = [str(part) for part in item["loc"] if part not in PROVIDER_TYPES]
         path = ".".join("pool_name" if part == "name" else part for part in location)
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":

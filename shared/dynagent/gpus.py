@@ -31,3 +31,32 @@ AWS_GPUS_PER_INSTANCE: dict[str, int] = {
 def aws_gpus(instance_type: str) -> int | None:
     """GPUs of an EC2 instance type, or None when the table does not know it."""
     return AWS_GPUS_PER_INSTANCE.get(instance_type)
+
+
+# Compute Engine accelerator types and the counts one VM may attach, from the GPU
+# platforms page (A100/H100/L4 come with their a2/a3/g2 machine types).
+GCE_GPU_COUNTS: dict[str, frozenset[int]] = {
+    "nvidia-tesla-k80": frozenset({1, 2, 4, 8}),
+    "nvidia-tesla-p4": frozenset({1, 2, 4}),
+    "nvidia-tesla-p100": frozenset({1, 2, 4}),
+    "nvidia-tesla-v100": frozenset({1, 2, 4, 8}),
+    "nvidia-tesla-t4": frozenset({1, 2, 4}),
+    "nvidia-tesla-a100": frozenset({1, 2, 4, 8, 16}),
+    "nvidia-a100-80gb": frozenset({1, 2, 4, 8}),
+    "nvidia-l4": frozenset({1, 2, 4, 8}),
+    "nvidia-h100-80gb": frozenset({8}),
+    "nvidia-h100-mega-80gb": frozenset({8}),
+    "nvidia-h200-141gb": frozenset({8}),
+}
+
+
+def gce_gpu_problem(gpu_type: str, count: int) -> str | None:
+    """Why Compute Engine would refuse ``count`` GPUs of ``gpu_type``, or None."""
+    counts = GCE_GPU_COUNTS.get(gpu_type)
+    if counts is None:
+        known = ", ".join(sorted(GCE_GPU_COUNTS))
+        return f"gpu_type {gpu_type!r} is not a Compute Engine GPU (known: {known})"
+    if count not in counts:
+        allowed = ", ".join(str(n) for n in sorted(counts))
+        return f"gpu_num {count} is not offered for {gpu_type} (one VM takes {allowed})"
+    return None

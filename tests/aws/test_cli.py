@@ -28,7 +28,7 @@ def test_validate_summarises_a_good_config(
     path = write_config(tmp_path / "c.yaml", pool_document("ami-0123456789abcdef0", spot=True))
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "pool a100: aws p4d.24xlarge x 8 slots, 0..5 instances" in out
+    assert "pool a100: aws p4d.24xlarge, 8 slots each, 0..5 instances" in out
     assert "spot" in out
 
 

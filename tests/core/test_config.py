@@ -300,8 +300,8 @@ BAD_CONFIGS = [
         id="empty-custom-tag-key",
     ),
     pytest.param(
-        with_provider(type="gcp"),
-        ["pool 'gpu'", "provider.type"],
+        with_provider(type="azure"),
+        ["pool 'gpu'", "provider.type", "aws, gcp"],
         id="unsupported-provider-type",
     ),
     pytest.param(

@@ -809,8 +809,11 @@ def test_core_imports_no_cloud_sdk() -> None:
         "import sys\n"
         "import dynagent.config, dynagent.decide, dynagent.durations, dynagent.fleet\n"
         "import dynagent.gpus, dynagent.packing, dynagent.plan, dynagent.snapshot\n"
-        "clouds = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "{'boto3', 'botocore', 'google', 'googleapiclient'})\n"
+        # Bare 'google' and 'google.cloud' are namespace packages that a .pth file of
+        # functions-framework imports at start-up; the SDKs are what must stay out.
+        "sdks = ('boto3', 'botocore', 'googleapiclient', 'google.cloud.compute_v1', "
+        "'google.cloud.pubsub_v1', 'google.api_core', 'functions_framework')\n"
+        "clouds = sorted(m for m in sys.modules if m.startswith(sdks))\n"
         "print(','.join(clouds))\n"
     )
     result = subprocess.run(

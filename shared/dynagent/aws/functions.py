@@ -21,7 +21,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import ClientError
 
-from dynagent.config import Config, Pool, load_config
+from dynagent.config import AwsProvider, Config, Pool, load_config
 from dynagent.reconcile import Outcome, apply_snapshot, newest_per_pool, sweep
 from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 
@@ -64,7 +64,12 @@ class AwsFunctions:
             logger=logger,
         )
 
+    def __post_init__(self) -> None:
+        # GCP pools in a shared config belong to the GCP functions.
+        self.config = self.config.for_cloud("aws")
+
     def provider(self, pool: Pool) -> Ec2Provider:
+        assert isinstance(pool.provider, AwsProvider)  # for_cloud kept only these
         return Ec2Provider(
             pool,
             self.ec2_for_region(pool.provider.region),

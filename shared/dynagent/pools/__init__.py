@@ -1,0 +1,1 @@
+"""Provider sections of a pool config, one module per cloud."""

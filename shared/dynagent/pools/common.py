@@ -1,0 +1,64 @@
+"""Fields every pool's provider shares: how agents start and how the fleet is sized.
+
+Names and defaults are Determined's provisioner's, so a pool pasted from a master's
+config loads unchanged.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from dynagent.durations import parse_duration
+
+
+def _duration(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_duration(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProvisionerFields(StrictModel):
+    """Fields every provider shares: how agents start and how the fleet is sized."""
+
+    master_url: str = "http://127.0.0.1:8080"
+    master_cert_name: str = ""
+    startup_script: str = ""
+    container_startup_script: str = ""
+    agent_docker_network: str = "default"
+    agent_docker_runtime: str = "runc"
+    agent_docker_image: str = "determinedai/determined-agent:0.38.0"
+    agent_fluent_image: str | None = None
+    agent_reconnect_attempts: int = Field(default=5, ge=0)
+    agent_reconnect_backoff: int = Field(default=5, ge=0)
+    min_instances: int = Field(default=0, ge=0)
+    max_instances: int = Field(default=5, ge=0)
+    max_idle_agent_period: Duration = timedelta(minutes=20)
+    max_agent_starting_period: Duration = timedelta(minutes=20)
+    # Ours: a registered agent missing from the snapshots this long is reaped.
+    max_disconnected_period: Duration = timedelta(minutes=10)
+    # Determined's launch retry and agent logging knobs; accepted so a pasted config
+    # loads. Launch errors here are retried by the next snapshot, not by a timer.
+    launch_error_timeout: Duration = timedelta(0)
+    launch_error_retries: int = Field(default=0, ge=0)
+    agent_config_file_contents: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ProvisionerFields:
+        if self.max_instances < self.min_instances:
+            raise ValueError(
+                f"max_instances ({self.max_instances}) is below min_instances "
+                f"({self.min_instances})"
+            )
+        return self
