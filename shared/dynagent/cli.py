@@ -35,7 +35,12 @@ def _parser() -> argparse.ArgumentParser:
 
     publish = commands.add_parser("publish", help="send a snapshot to the autoscaler's queue")
     publish.add_argument("snapshot", nargs="?", default="-", help="JSON file, or - for stdin")
-    publish.add_argument("--to", required=True, metavar="QUEUE_URL", help="SQS FIFO queue URL")
+    publish.add_argument(
+        "--to",
+        required=True,
+        metavar="DESTINATION",
+        help="SQS FIFO queue URL, or Pub/Sub topic projects/PROJECT/topics/NAME",
+    )
     publish.add_argument("--region", help="the queue's region, if its URL does not say")
     publish.set_defaults(run=_publish)
 

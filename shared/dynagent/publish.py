@@ -3,7 +3,8 @@
     from dynagent.publish import publisher_for
     publisher_for("https://sqs.us-west-2.amazonaws.com/123456789012/dynagent.fifo").publish(s)
 
-The destination picks the transport: an SQS FIFO queue URL today.
+The destination picks the transport: an SQS FIFO queue URL, or a Pub/Sub topic
+(``projects/PROJECT/topics/NAME``).
 """
 
 from __future__ import annotations
@@ -20,14 +21,19 @@ class Publisher(Protocol):
 
 
 def publisher_for(destination: str, region: str | None = None) -> Publisher:
-    """A publisher for a queue URL; raise ValueError for a destination we cannot reach."""
+    """A publisher for a queue URL or topic; ValueError for a destination we cannot reach."""
+    if destination.startswith("projects/"):
+        from dynagent.gcp.pubsub import PubSubPublisher, publisher_client
+
+        return PubSubPublisher(destination, publisher_client())
     if destination.startswith(("https://", "http://")):
         from dynagent.aws.clients import sqs_client
         from dynagent.aws.sqs import SqsPublisher
 
         return SqsPublisher(destination, sqs_client(region or _region_of(destination)))
     raise ValueError(
-        f"{destination!r} is not an SQS queue URL (https://sqs.REGION.amazonaws.com/...)"
+        f"{destination!r} is neither an SQS queue URL (https://sqs.REGION.amazonaws.com/...) "
+        "nor a Pub/Sub topic (projects/PROJECT/topics/NAME)"
     )
 
 

@@ -127,3 +127,16 @@ def newest_per_pool(snapshots: Iterable[Snapshot]) -> dict[str, int]:
     for snapshot in snapshots:
         newest[snapshot.pool] = max(snapshot.seq, newest.get(snapshot.pool, snapshot.seq))
     return newest
+
+
+def log_outcome(logger: Any, outcome: Outcome) -> None:
+    """One structured line per pass, at a level that says whether anyone should look."""
+    report = outcome.report()
+    if outcome.error:
+        logger.error("pool pass failed", extra=report)
+    elif outcome.launch is not None and outcome.launch.error:
+        logger.error("launch refused by the cloud", extra=report)
+    elif outcome.plan is not None and outcome.plan.unschedulable:
+        logger.warning("pool has unschedulable tasks", extra=report)
+    else:
+        logger.info("skipped" if outcome.skipped else "pool reconciled", extra=report)

@@ -22,7 +22,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import ClientError
 
 from dynagent.config import AwsProvider, Config, Pool, load_config
-from dynagent.reconcile import Outcome, apply_snapshot, newest_per_pool, sweep
+from dynagent.reconcile import Outcome, apply_snapshot, log_outcome, newest_per_pool, sweep
 from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 
 from .clients import ec2_client, sqs_client
@@ -137,8 +137,9 @@ class AwsFunctions:
             self._set_aside(record, str(parsed))
             return
         if parsed.seq < newest[parsed.pool]:
-            self._log_outcome(
-                Outcome(parsed.pool, seq=parsed.seq, skipped="a newer snapshot is in the batch")
+            log_outcome(
+                self.logger,
+                Outcome(parsed.pool, seq=parsed.seq, skipped="a newer snapshot is in the batch"),
             )
             return
         try:
@@ -146,7 +147,7 @@ class AwsFunctions:
         except InvalidSnapshot as error:  # a pool this config does not manage
             self._set_aside(record, str(error))
             return
-        self._log_outcome(outcome)
+        log_outcome(self.logger, outcome)
 
     def _set_aside(self, record: SQSRecord, reason: str) -> None:
         """Bad messages go to the dead-letter queue at once: retrying cannot fix them."""
@@ -170,19 +171,8 @@ class AwsFunctions:
     def sweep(self) -> list[Outcome]:
         outcomes = sweep(self.config, self.provider, self.clock())
         for outcome in outcomes:
-            self._log_outcome(outcome)
+            log_outcome(self.logger, outcome)
         return outcomes
-
-    def _log_outcome(self, outcome: Outcome) -> None:
-        report = outcome.report()
-        if outcome.error:
-            self.logger.error("pool pass failed", extra=report)
-        elif outcome.launch is not None and outcome.launch.error:
-            self.logger.error("launch refused by the cloud", extra=report)
-        elif outcome.plan is not None and outcome.plan.unschedulable:
-            self.logger.warning("pool has unschedulable tasks", extra=report)
-        else:
-            self.logger.info("pool reconciled" if not outcome.skipped else "skipped", extra=report)
 
 
 def retry_delay(receive_count: int) -> int:

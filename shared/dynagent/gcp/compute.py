@@ -1,0 +1,222 @@
+"""The Compute Engine adapter: the Provider contract for one pool, with google-cloud-compute.
+
+Only VMs carrying the managed label pair and the pool label are listed, and every VM
+listed is checked for them again before anything is done to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from google.api_core import exceptions as google_errors
+from google.cloud import compute_v1
+from google.protobuf.json_format import ParseError
+
+from dynagent.config import Pool, Settings
+from dynagent.fleet import Fleet, Instance
+from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+from dynagent.pools.gcp import GcpProvider
+from dynagent.provider import LaunchResult
+
+from . import labels as gce_labels
+from .instance_body import instance_body, instance_names
+
+# The largest page instances.list returns.
+MAX_PAGE = 500
+_REQUEST_IDS = uuid.UUID("6f1d3c52-3a5e-4b8e-9a61-1f4f3e2c9d10")
+
+
+class LaunchNotVisible(RuntimeError):
+    """Created VMs did not show in the list in time; retrying is safe (same names)."""
+
+
+def request_id(name: str, action: str) -> str:
+    """Compute Engine's idempotency id (a UUID) for one action on one VM."""
+    return str(uuid.uuid5(_REQUEST_IDS, f"{action}:{name}"))
+
+
+@dataclass
+class _Seen:
+    """What the last observe read of a VM: its labels must be written back whole."""
+
+    labels: dict[str, str]
+    fingerprint: str
+
+
+class GceProvider:
+    """Observe and change one pool's Compute Engine VMs."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        instances: Any,
+        settings: Settings | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not isinstance(pool.provider, GcpProvider):
+            raise TypeError(f"pool {pool.name!r} is not a GCP pool")
+        self.pool = pool
+        self.config: GcpProvider = pool.provider
+        self.instances = instances
+        self.settings = settings or Settings()
+        self.clock = clock
+        self.sleep = sleep
+        self.page_size = MAX_PAGE
+        self._seen: dict[str, _Seen] = {}
+
+    @property
+    def _where(self) -> dict[str, str]:
+        return {"project": self.config.project, "zone": self.config.zone}
+
+    # Observe
+
+    def observe(self) -> Fleet:
+        self._seen = {}
+        return Fleet(instances=tuple(self._list()))
+
+    def _list(self) -> Iterator[Instance]:
+        request = compute_v1.ListInstancesRequest(
+            **self._where,
+            filter=gce_labels.managed_filter(self.config, self.pool.name),
+            max_results=self.page_size,
+        )
+        for item in self.instances.list(request=request):
+            labels = dict(item.labels)
+            state = gce_labels.INSTANCE_STATES.get(item.status)
+            if state is None or not gce_labels.is_managed(labels, self.config, self.pool.name):
+                continue
+            self._seen[item.name] = _Seen(labels, item.label_fingerprint)
+            yield Instance(
+                id=item.name,
+                state=state,
+                launched_at=datetime.fromisoformat(item.creation_timestamp),
+                marks=gce_labels.marks_from_labels(labels),
+            )
+
+    # Launch
+
+    def launch(self, plan: Plan) -> LaunchResult:
+        if not plan.launches:
+            return LaunchResult()
+        names = instance_names(self.config, plan.launch_key, len(plan.launches))
+        operations, existing, errors = self._insert(names, plan.launch_key)
+        errors += self._wait(operations)
+        started = tuple(n for n in names if n in operations or n in existing)
+        self._wait_visible(started)
+        return LaunchResult(started=started, error="; ".join(errors) or None)
+
+    def _insert(
+        self, names: list[str], launch_key: str
+    ) -> tuple[dict[str, Any], set[str], list[str]]:
+        """Send every insert before waiting on any: the VMs boot side by side.
+
+        Returns the operations started, the names that existed already (an earlier try
+        of this snapshot made them), and the errors.
+        """
+        operations: dict[str, Any] = {}
+        existing: set[str] = set()
+        errors: list[str] = []
+        for name in names:
+            try:
+                body = instance_body(self.config, self.pool.name, name, launch_key)
+                resource = compute_v1.Instance.from_json(json.dumps(body))
+            except ParseError as error:  # a field base_config names that the API lacks
+                return {}, set(), [f"base_config: {error}"]
+            try:
+                operations[name] = self.instances.insert(
+                    **self._where, instance_resource=resource, request_id=request_id(name, "insert")
+                )
+            except google_errors.Conflict:
+                existing.add(name)
+            except (google_errors.BadRequest, google_errors.Forbidden) as error:
+                errors.append(f"{name}: {error.message}")
+        return operations, existing, errors
+
+    def _wait(self, operations: dict[str, Any]) -> list[str]:
+        """Wait on each insert; an operation that ends in error is a launch error."""
+        errors = []
+        timeout = self.config.operation_timeout_period.total_seconds()
+        for name, operation in list(operations.items()):
+            try:
+                operation.result(timeout=timeout)
+            except google_errors.GoogleAPICallError as error:
+                errors.append(f"{name}: {error.message}")
+                del operations[name]
+        return errors
+
+    def _wait_visible(self, names: tuple[str, ...]) -> None:
+        if not names:
+            return
+        deadline = self.clock() + self.settings.launch_visibility_timeout
+        delay = 0.25
+        while True:
+            missing = set(names) - {instance.id for instance in self._list()}
+            if not missing:
+                return
+            if self.clock() >= deadline:
+                raise LaunchNotVisible(
+                    f"pool {self.pool.name!r}: {sorted(missing)} not listed after "
+                    f"{self.settings.launch_visibility_timeout}"
+                )
+            self.sleep(delay)
+            delay = min(delay * 2, 4.0)
+
+    # Change
+
+    def terminate(self, terminations: tuple[Termination, ...]) -> None:
+        for termination in terminations:
+            name = termination.instance_id
+            with contextlib.suppress(google_errors.NotFound):  # gone already: done
+                self.instances.delete(
+                    **self._where, instance=name, request_id=request_id(name, "delete")
+                )
+
+    def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
+        """Compute Engine has no spot requests: a Spot VM is an instance from the start."""
+
+    def adopt(self, adoptions: tuple[Adoption, ...]) -> None:
+        """Nothing to adopt: Compute Engine labels a VM at creation."""
+
+    def write_marks(self, marks: tuple[MarkWrite, ...]) -> None:
+        """setLabels replaces a VM's whole label set, so it is one call per VM."""
+        changes: dict[str, dict[str, str | None]] = {}
+        for write in marks:
+            label = gce_labels.MARK_LABELS[write.mark]
+            value = gce_labels.format_time(write.value) if write.value else None
+            for name in write.instance_ids:
+                changes.setdefault(name, {})[label] = value
+        for name, change in changes.items():
+            self._set_labels(name, change)
+
+    def _set_labels(self, name: str, change: dict[str, str | None]) -> None:
+        seen = self._seen.get(name) or self._read(name)
+        for attempt in range(2):
+            labels = {k: v for k, v in seen.labels.items() if change.get(k, v) is not None}
+            labels.update({k: v for k, v in change.items() if v is not None})
+            try:
+                self.instances.set_labels(
+                    **self._where,
+                    instance=name,
+                    instances_set_labels_request_resource=compute_v1.InstancesSetLabelsRequest(
+                        labels=labels, label_fingerprint=seen.fingerprint
+                    ),
+                ).result(timeout=self.config.operation_timeout_period.total_seconds())
+                return
+            except google_errors.PreconditionFailed:
+                if attempt:
+                    raise
+                seen = self._read(name)  # labels changed since we read them: read again
+            except google_errors.NotFound:
+                return  # deleted meanwhile: nothing to mark
+
+    def _read(self, name: str) -> _Seen:
+        item = self.instances.get(**self._where, instance=name)
+        return _Seen(dict(item.labels), item.label_fingerprint)

@@ -1,0 +1,138 @@
+"""What the two Cloud Functions run: a snapshot from Pub/Sub, and the sweep.
+
+``functions/gcp/main.py`` only wires these to functions-framework. Clients, clock and
+logger are arguments, so tests drive this code with real CloudEvents. The Compute
+client is imported on first use: a message set aside never pays for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from dynagent.config import Config, GcpProvider, Pool, load_config
+from dynagent.reconcile import Outcome, apply_snapshot, log_outcome, sweep
+from dynagent.snapshot import InvalidSnapshot, parse_snapshot
+
+from .clients import instances_client
+from .logs import StructuredLogger
+
+if TYPE_CHECKING:
+    from .compute import GceProvider
+
+CONFIG_ENV = "DYNAGENT_CONFIG"
+DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_TOPIC"
+
+
+@dataclass(frozen=True)
+class PubSubMessage:
+    """The Pub/Sub message inside an Eventarc CloudEvent (``data.message``)."""
+
+    id: str
+    data: bytes
+    attributes: dict[str, str]
+    ordering_key: str
+
+    @classmethod
+    def from_cloud_event(cls, cloud_event: Any) -> PubSubMessage:
+        data = cloud_event.data if isinstance(cloud_event.data, dict) else {}
+        message = data.get("message") or {}
+        try:
+            body = base64.b64decode(message.get("data") or "", validate=True)
+        except (binascii.Error, ValueError):
+            body = b""
+        return cls(
+            id=str(message.get("messageId") or message.get("message_id") or cloud_event["id"]),
+            data=body,
+            attributes=dict(message.get("attributes") or {}),
+            ordering_key=str(message.get("orderingKey") or ""),
+        )
+
+
+@dataclass
+class GcpFunctions:
+    """The reconcile and sweep functions over one config, with injected collaborators."""
+
+    config: Config
+    instances: Callable[[], Any] = instances_client
+    publisher: Any = None  # a Pub/Sub PublisherClient, for dead letters
+    dead_letter_topic: str | None = None
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    sleep: Callable[[float], None] = time.sleep
+    logger: Any = None
+
+    def __post_init__(self) -> None:
+        # AWS pools in a shared config belong to the AWS functions.
+        self.config = self.config.for_cloud("gcp")
+        self.logger = self.logger or StructuredLogger()
+
+    @classmethod
+    def from_environment(cls, logger: Any = None) -> GcpFunctions:
+        path = os.environ.get(CONFIG_ENV)
+        if not path:
+            raise RuntimeError(f"set {CONFIG_ENV} to the path of the pool config file")
+        return cls(
+            config=load_config(path),
+            dead_letter_topic=os.environ.get(DEAD_LETTER_ENV) or None,
+            logger=logger,
+        )
+
+    def provider(self, pool: Pool) -> GceProvider:
+        from .compute import GceProvider
+
+        assert isinstance(pool.provider, GcpProvider)  # for_cloud kept only these
+        return GceProvider(
+            pool, self.instances(), self.config.settings, clock=self.clock, sleep=self.sleep
+        )
+
+    # The reconcile function
+
+    def reconcile_event(self, cloud_event: Any) -> Outcome | None:
+        """Apply the snapshot in one Pub/Sub message; None when it was set aside.
+
+        Errors worth retrying propagate, so Pub/Sub delivers the message again.
+        """
+        message = PubSubMessage.from_cloud_event(cloud_event)
+        try:
+            snapshot = parse_snapshot(message.data)
+            outcome = apply_snapshot(self.config, snapshot, self.provider, self.clock())
+        except InvalidSnapshot as error:
+            self._set_aside(message, str(error))
+            return None
+        log_outcome(self.logger, outcome)
+        return outcome
+
+    def _set_aside(self, message: PubSubMessage, reason: str) -> None:
+        """Bad messages are acknowledged (retrying cannot fix them) and kept aside."""
+        self.logger.error(
+            "message is not a snapshot we can apply; sent to the dead-letter topic",
+            extra={
+                "message_id": message.id,
+                "ordering_key": message.ordering_key,
+                "reason": reason,
+            },
+        )
+        if not self.dead_letter_topic:
+            self.logger.error(
+                f"no {DEAD_LETTER_ENV} set: the message is dropped",
+                extra={"message_id": message.id, "body": message.data.decode(errors="replace")},
+            )
+            return
+        from .pubsub import publisher_client, send_dead_letter
+
+        self.publisher = self.publisher or publisher_client()
+        send_dead_letter(self.publisher, self.dead_letter_topic, message.data, reason, message.id)
+
+    # The sweep function
+
+    def sweep(self) -> list[Outcome]:
+        outcomes = sweep(self.config, self.provider, self.clock())
+        for outcome in outcomes:
+            log_outcome(self.logger, outcome)
+        return outcomes

@@ -1,0 +1,71 @@
+"""How dynagent's state reads in Compute Engine labels: names, values, the state table.
+
+Labels allow only lowercase letters, digits, ``-`` and ``_``, so times are epoch seconds
+and the launch key's ``:`` becomes ``-``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from dynagent.fleet import InstanceState, Mark
+from dynagent.pools.gcp import GcpProvider
+
+POOL_LABEL = "dynagent-pool"
+LAUNCH_KEY_LABEL = "dynagent-launch-key"
+MARK_LABELS = {mark: f"dynagent-{mark.value}" for mark in Mark}
+_MARK_BY_LABEL = {label: mark for mark, label in MARK_LABELS.items()}
+
+# Compute Engine instance statuses, mapped once. TERMINATED is a stopped or preempted
+# VM: it bills for its disks and holds its name, so the decision deletes it.
+INSTANCE_STATES = {
+    "PROVISIONING": InstanceState.STARTING,
+    "STAGING": InstanceState.STARTING,
+    "RUNNING": InstanceState.RUNNING,
+    "REPAIRING": InstanceState.RUNNING,
+    "STOPPING": InstanceState.STOPPING,
+    "SUSPENDING": InstanceState.STOPPING,
+    "SUSPENDED": InstanceState.STOPPED,
+    "TERMINATED": InstanceState.STOPPED,
+}
+
+
+def format_time(value: datetime) -> str:
+    return str(int(value.timestamp()))
+
+
+def parse_time(value: str) -> datetime | None:
+    """A mark's time, or None when someone edited the label into something else."""
+    return datetime.fromtimestamp(int(value), UTC) if value.isdigit() else None
+
+
+def label_safe(text: str) -> str:
+    """Lowercase, and every character labels do not allow becomes ``-``."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in text.lower())
+
+
+def managed_filter(provider: GcpProvider, pool: str) -> str:
+    """The list filter that selects exactly the pool's managed VMs."""
+    return (
+        f'(labels.{provider.label_key} = "{provider.label_value}") AND '
+        f'(labels.{POOL_LABEL} = "{pool}")'
+    )
+
+
+def identity_labels(provider: GcpProvider, pool: str) -> dict[str, str]:
+    return {provider.label_key: provider.label_value, POOL_LABEL: pool}
+
+
+def marks_from_labels(labels: dict[str, str]) -> dict[Mark, datetime]:
+    marks = {}
+    for label, value in labels.items():
+        mark = _MARK_BY_LABEL.get(label)
+        when = parse_time(value) if mark else None
+        if mark and when:
+            marks[mark] = when
+    return marks
+
+
+def is_managed(labels: dict[str, str], provider: GcpProvider, pool: str) -> bool:
+    """Checked again on what the list returned: a filter is not a guarantee."""
+    return all(labels.get(k) == v for k, v in identity_labels(provider, pool).items())
