@@ -14,14 +14,25 @@ COMPUTE_ENDPOINT_ENV = "DYNAGENT_COMPUTE_ENDPOINT"
 def instances_client() -> Any:
     from google.cloud import compute_v1
 
+    return compute_v1.InstancesClient(**_endpoint_options())
+
+
+@cache
+def zone_operations_client() -> Any:
+    from google.cloud import compute_v1
+
+    return compute_v1.ZoneOperationsClient(**_endpoint_options())
+
+
+def _endpoint_options() -> dict[str, Any]:
     endpoint = os.environ.get(COMPUTE_ENDPOINT_ENV)
     if not endpoint:
-        return compute_v1.InstancesClient()
+        return {}
     from google.api_core.client_options import ClientOptions
     from google.auth.credentials import AnonymousCredentials
 
-    return compute_v1.InstancesClient(
-        transport="rest",
-        client_options=ClientOptions(api_endpoint=endpoint),
-        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-    )
+    return {
+        "transport": "rest",
+        "client_options": ClientOptions(api_endpoint=endpoint),
+        "credentials": AnonymousCredentials(),  # type: ignore[no-untyped-call]
+    }

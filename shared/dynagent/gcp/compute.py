@@ -57,6 +57,7 @@ class GceProvider:
         self,
         pool: Pool,
         instances: Any,
+        operations: Any,
         settings: Settings | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
@@ -66,6 +67,9 @@ class GceProvider:
         self.pool = pool
         self.config: GcpProvider = pool.provider
         self.instances = instances
+        # Zone operations are waited on with this client, not ExtendedOperation.result():
+        # that polls through a client of its own, which ignores a custom endpoint.
+        self.operations = operations
         self.settings = settings or Settings()
         self.clock = clock
         self.sleep = sleep
@@ -130,10 +134,11 @@ class GceProvider:
                 resource = compute_v1.Instance.from_json(json.dumps(body))
             except ParseError as error:  # a field base_config names that the API lacks
                 return {}, set(), [f"base_config: {error}"]
+            request = compute_v1.InsertInstanceRequest(
+                **self._where, instance_resource=resource, request_id=request_id(name, "insert")
+            )
             try:
-                operations[name] = self.instances.insert(
-                    **self._where, instance_resource=resource, request_id=request_id(name, "insert")
-                )
+                operations[name] = self.instances.insert(request=request)
             except google_errors.Conflict:
                 existing.add(name)
             except (google_errors.BadRequest, google_errors.Forbidden) as error:
@@ -141,16 +146,33 @@ class GceProvider:
         return operations, existing, errors
 
     def _wait(self, operations: dict[str, Any]) -> list[str]:
-        """Wait on each insert; an operation that ends in error is a launch error."""
+        """Wait on each insert; an operation that ends in error is a launch error.
+
+        The quota or capacity answer often arrives only here, in the finished operation.
+        """
         errors = []
-        timeout = self.config.operation_timeout_period.total_seconds()
+        deadline = self.clock() + self.config.operation_timeout_period
         for name, operation in list(operations.items()):
-            try:
-                operation.result(timeout=timeout)
-            except google_errors.GoogleAPICallError as error:
-                errors.append(f"{name}: {error.message}")
+            problem = self._finish(operation.name, deadline)
+            if problem:
+                errors.append(f"{name}: {problem}")
                 del operations[name]
         return errors
+
+    def _finish(self, operation: str, deadline: datetime) -> str | None:
+        """Wait for a zone operation; its error as text, or None when it succeeded."""
+        while True:
+            # zoneOperations.wait returns when the operation is done or after a while.
+            result = self.operations.wait(**self._where, operation=operation)
+            if result.status == compute_v1.Operation.Status.DONE:
+                errors = result.error.errors if result.error else []
+                return "; ".join(f"{e.code}: {e.message}" for e in errors) or None
+            if self.clock() >= deadline:
+                return (
+                    f"operation {operation} not done after "
+                    f"{self.config.operation_timeout_period} (operation_timeout_period)"
+                )
+            self.sleep(1.0)
 
     def _wait_visible(self, names: tuple[str, ...]) -> None:
         if not names:
@@ -174,10 +196,11 @@ class GceProvider:
     def terminate(self, terminations: tuple[Termination, ...]) -> None:
         for termination in terminations:
             name = termination.instance_id
+            request = compute_v1.DeleteInstanceRequest(
+                **self._where, instance=name, request_id=request_id(name, "delete")
+            )
             with contextlib.suppress(google_errors.NotFound):  # gone already: done
-                self.instances.delete(
-                    **self._where, instance=name, request_id=request_id(name, "delete")
-                )
+                self.instances.delete(request=request)
 
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
         """Compute Engine has no spot requests: a Spot VM is an instance from the start."""
@@ -201,14 +224,17 @@ class GceProvider:
         for attempt in range(2):
             labels = {k: v for k, v in seen.labels.items() if change.get(k, v) is not None}
             labels.update({k: v for k, v in change.items() if v is not None})
+            body = compute_v1.InstancesSetLabelsRequest(
+                labels=labels, label_fingerprint=seen.fingerprint
+            )
             try:
-                self.instances.set_labels(
-                    **self._where,
-                    instance=name,
-                    instances_set_labels_request_resource=compute_v1.InstancesSetLabelsRequest(
-                        labels=labels, label_fingerprint=seen.fingerprint
-                    ),
-                ).result(timeout=self.config.operation_timeout_period.total_seconds())
+                operation = self.instances.set_labels(
+                    **self._where, instance=name, instances_set_labels_request_resource=body
+                )
+                deadline = self.clock() + self.config.operation_timeout_period
+                problem = self._finish(operation.name, deadline)
+                if problem:
+                    raise RuntimeError(f"setLabels on {name}: {problem}")
                 return
             except google_errors.PreconditionFailed:
                 if attempt:

@@ -20,7 +20,7 @@ from dynagent.config import Config, GcpProvider, Pool, load_config
 from dynagent.reconcile import Outcome, apply_snapshot, log_outcome, sweep
 from dynagent.snapshot import InvalidSnapshot, parse_snapshot
 
-from .clients import instances_client
+from .clients import instances_client, zone_operations_client
 from .logs import StructuredLogger
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ class GcpFunctions:
 
     config: Config
     instances: Callable[[], Any] = instances_client
+    operations: Callable[[], Any] = zone_operations_client
     publisher: Any = None  # a Pub/Sub PublisherClient, for dead letters
     dead_letter_topic: str | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
@@ -88,7 +89,12 @@ class GcpFunctions:
 
         assert isinstance(pool.provider, GcpProvider)  # for_cloud kept only these
         return GceProvider(
-            pool, self.instances(), self.config.settings, clock=self.clock, sleep=self.sleep
+            pool,
+            self.instances(),
+            self.operations(),
+            self.config.settings,
+            clock=self.clock,
+            sleep=self.sleep,
         )
 
     # The reconcile function
