@@ -1,29 +1,25 @@
-"""``dynagent demo``: a scripted day of a master, against a local AWS, on a virtual clock.
+"""``dynagent demo``: a scripted day of a master, against a local cloud, on a virtual clock.
 
-Everything between the master and EC2 is the real thing: the publisher sends snapshots
-to an SQS FIFO queue, a local event source mapping hands Lambda-shaped batches to the
-reconcile function's code, which launches and tags instances through boto3, and the
-sweep reaps them. Only the clock is virtual, so a day plays in under a minute; the
-demo moves the fake cloud's launch times along with it.
+Everything between the master and the instances is the real thing: the publisher sends
+snapshots to the queue (SQS FIFO on AWS, Pub/Sub on GCP), the functions' own code
+consumes them and launches, labels and deletes instances through the cloud's client
+library, and the sweep reaps them. Only the clock is virtual, so a day plays in under a
+minute; the demo moves the fake cloud's launch times along with it.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any, TextIO
 
-from dynagent.aws.functions import AwsFunctions
-from dynagent.aws.sqs import SqsPublisher
-from dynagent.aws.tags import LAUNCH_KEY_TAG, MARK_TAGS, POOL_TAG
 from dynagent.config import Config, parse_config
 from dynagent.demo.master import Master, Task
-from dynagent.fleet import Mark
-from dynagent.local.aws import LocalAws
-from dynagent.local.event_source import deliver_once
+from dynagent.demo.rig import FleetRow, Rig
 
 TICK = timedelta(seconds=30)
 SWEEP_EVERY = timedelta(minutes=1)
@@ -38,6 +34,8 @@ class Scene:
     at: timedelta
     text: str
     act: Callable[[Master], object]
+    # A message body this scene puts on the queue besides the master's snapshots.
+    corrupt: bytes = b""
 
 
 def _task(name: str, slots: int, minutes: int) -> Callable[[Master], object]:
@@ -53,8 +51,8 @@ SCRIPT = (
           _task("trial-odd", 6, 10)),
     Scene(timedelta(minutes=12), "trial-odd cancelled by its owner",
           lambda master: master.cancel("trial-odd")),
-    Scene(timedelta(minutes=20), "a master publishes a corrupt message (the DLQ takes it)",
-          lambda master: None),
+    Scene(timedelta(minutes=20), "a corrupt message reaches the queue (dead letters take it)",
+          lambda master: None, corrupt=b'{"type": "pool.snapshot", "version": 9}'),
     Scene(timedelta(minutes=95), "trial-3 queued after a quiet spell: 4 GPUs for 20m",
           _task("trial-3", 4, 20)),
     Scene(timedelta(minutes=125), "the master goes down for maintenance: no more snapshots",
@@ -108,59 +106,47 @@ class Timeline:
 
 
 class Demo:
-    def __init__(self, aws: LocalAws, out: TextIO, quiet: bool) -> None:
-        self.aws = aws
-        self.now = START
-        self.timeline = Timeline(out, lambda: self.now, quiet)
-        self.ec2 = aws.client("ec2")
-        self.sqs = aws.client("sqs")
-        self.queue_url, self.dead_letter_url = self._queues()
-        self.config = _demo_config(aws.image_id())
-        self.pool = next(iter(self.config.pools.values()))
-        self.master = Master(self.pool.name)
-        self.publisher = SqsPublisher(self.queue_url, self.sqs)
-        self.functions = AwsFunctions(
-            self.config,
-            ec2_for_region=lambda region: self.ec2,
-            sqs=self.sqs,
-            dead_letter_url=self.dead_letter_url,
-            clock=lambda: self.now,
-            sleep=lambda seconds: None,
-            logger=self.timeline,
-        )
-        self.born: dict[str, datetime] = {}  # instance id -> virtual launch time
-        self.last_published: tuple[object, ...] | None = None
+    """The story: a master's day, told against a rig's local cloud."""
 
-    def _queues(self) -> tuple[str, str]:
-        fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
-        dead = self.sqs.create_queue(QueueName="dynagent-dlq.fifo", Attributes=fifo)["QueueUrl"]
-        queue = self.sqs.create_queue(QueueName="dynagent-snapshots.fifo", Attributes=fifo)
-        return queue["QueueUrl"], dead
+    def __init__(self, rig: Rig, timeline: Timeline, clock: VirtualClock) -> None:
+        self.rig = rig
+        self.timeline = timeline
+        self.clock = clock
+        self.pool = rig.pool
+        self.master = Master(self.pool.name)
+        self.born: dict[str, datetime] = {}  # instance id -> virtual launch time
+        # The last the cloud showed of each instance: deleted VMs vanish from GCP's list.
+        self.seen: dict[str, FleetRow] = {}
+
+    @property
+    def now(self) -> datetime:
+        return self.clock.now
 
     def run(self) -> None:
         scenes = list(SCRIPT)
-        next_sweep = START
-        heartbeat = START
+        next_sweep = heartbeat = START
         while self.now <= START + END:
             while scenes and START + scenes[0].at <= self.now:
-                scene = scenes.pop(0)
-                self.timeline.say("master", scene.text)
-                scene.act(self.master)
-                if "corrupt" in scene.text:
-                    self._publish_corrupt()
+                self._play(scenes.pop(0))
             self._follow_cloud()
             changed = self._master_step()
             if self.master.online and (changed or self.now >= heartbeat):
-                self._publish()
+                self.rig.publish(self.master.snapshot(self.now))
                 heartbeat = self.now + TICK
-            self._deliver()
+            self.rig.deliver()
             self._follow_cloud()
             if self.now >= next_sweep:
                 self.timeline.actor = "sweep"
-                self.functions.sweep()
+                self.rig.sweep()
                 self.timeline.actor = "reconcile"
                 next_sweep = self.now + SWEEP_EVERY
-            self.now += TICK
+            self.clock.now += TICK
+
+    def _play(self, scene: Scene) -> None:
+        self.timeline.say("master", scene.text)
+        scene.act(self.master)
+        if scene.corrupt:
+            self.rig.publish_corrupt(scene.corrupt)
 
     def _master_step(self) -> bool:
         """Finish and place tasks; True when the pool's state changed."""
@@ -174,108 +160,89 @@ class Demo:
             changed = True
         return changed
 
-    def _publish(self) -> None:
-        snapshot = self.master.snapshot(self.now)
-        self.publisher.publish(snapshot)
-
-    def _publish_corrupt(self) -> None:
-        self.sqs.send_message(
-            QueueUrl=self.queue_url,
-            MessageBody='{"type": "pool.snapshot", "version": 9}',
-            MessageGroupId=self.pool.name,
-            MessageDeduplicationId="corrupt-1",
-        )
-
-    def _deliver(self) -> None:
-        while deliver_once(self.sqs, self.queue_url, self.functions.reconcile_batch, "us-west-2")[
-            0
-        ]:
-            pass
-
     def _follow_cloud(self) -> None:
         """The cloud side of the story: boots, registrations, and agents that went away."""
-        for instance_id, state in self._instances():
-            if instance_id not in self.born and state in ("pending", "running"):
-                self.born[instance_id] = self.now
+        rows = self.rig.fleet()
+        listed = {row.id for row in rows}
+        for instance_id, last in list(self.seen.items()):
+            if instance_id not in listed and last.alive:
+                rows.append(replace(last, state="deleted", alive=False))
+        for row in rows:
+            self.seen[row.id] = row
+            if row.id not in self.born and row.alive:
+                self.born[row.id] = self.now
                 # The fake cloud keeps real time; give it the virtual launch time.
-                self.aws.set_launch_time(instance_id, self.now)
-            alive = state in ("pending", "running")
-            if not alive and instance_id in self.master.agents:
-                self.master.disconnect(instance_id)
-                self.timeline.say("agent", f"{instance_id} disconnected ({state})")
-            booted = self.now - self.born.get(instance_id, self.now) >= BOOT_TIME
-            if (
-                alive
-                and booted
-                and instance_id not in self.master.agents
-                and self._healthy(instance_id)
-            ):
-                self.master.connect(instance_id, self.pool.provider.slots_per_instance)
-                self.timeline.say("agent", f"{instance_id} registered")
+                self.rig.set_launch_time(row.id, self.now)
+            if not row.alive and row.id in self.master.agents:
+                self.master.disconnect(row.id)
+                self.timeline.say("agent", f"{row.id} disconnected ({row.state.lower()})")
+            if row.alive and self._boots_now(row.id):
+                self.master.connect(row.id, self.pool.provider.slots_per_instance)
+                self.timeline.say("agent", f"{row.id} registered")
 
-    def _healthy(self, instance_id: str) -> bool:
+    def _boots_now(self, instance_id: str) -> bool:
+        if instance_id in self.master.agents or self.now - self.born[instance_id] < BOOT_TIME:
+            return False
         order = sorted(self.born, key=lambda i: (self.born[i], i))
         return order.index(instance_id) + 1 != BROKEN_INSTANCE
 
-    def _instances(self) -> list[tuple[str, str]]:
-        response = self.ec2.describe_instances(
-            Filters=[{"Name": f"tag:{POOL_TAG}", "Values": [self.pool.name]}]
-        )
-        return [
-            (i["InstanceId"], i["State"]["Name"])
-            for r in response["Reservations"]
-            for i in r["Instances"]
-        ]
-
     def fleet_table(self) -> list[str]:
-        """Every instance the demo's pool ever had, with its tags as the console shows."""
-        response = self.ec2.describe_instances(
-            Filters=[{"Name": f"tag:{POOL_TAG}", "Values": [self.pool.name]}]
-        )
+        """Every instance the demo's pool ever had, with its marks as the console shows."""
         rows = [("instance", "state", "launch key", "registered", "idle since", "terminated by")]
-        for reservation in response["Reservations"]:
-            for item in reservation["Instances"]:
-                tags = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
-                rows.append(
-                    (
-                        item["InstanceId"],
-                        item["State"]["Name"],
-                        tags.get(LAUNCH_KEY_TAG, "-"),
-                        tags.get(MARK_TAGS[Mark.REGISTERED], "-"),
-                        tags.get(MARK_TAGS[Mark.IDLE_SINCE], "-"),
-                        self.timeline.terminated.get(item["InstanceId"], "-"),
-                    )
-                )
+        for row in self.seen.values():
+            ended = self.timeline.terminated.get(row.id, "-")
+            rows.append((row.id, row.state, row.launch_key, row.registered, row.idle_since, ended))
         widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]
         return [
-            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows
-        ]
-
-    def dead_letters(self) -> list[str]:
-        response = self.sqs.receive_message(
-            QueueUrl=self.dead_letter_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
-        )
-        return [
-            m["MessageAttributes"]["dynagent-reason"]["StringValue"]
-            for m in response.get("Messages", [])
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in rows
         ]
 
 
-def _demo_config(image: str) -> Config:
-    text = resources.files("dynagent.demo").joinpath("pool.yaml").read_text()
-    return parse_config(text.replace("IMAGE_ID", image), source="demo pool.yaml")
+@dataclass
+class VirtualClock:
+    now: datetime = START
 
 
-def run_demo(quiet: bool = False, out: TextIO = sys.stdout) -> int:
-    with LocalAws() as aws:
-        print(f"local AWS (moto) on {aws.endpoint_url}", file=out)
+def demo_config(cloud: str, **placeholders: str) -> Config:
+    name = "pool.yaml" if cloud == "aws" else f"pool-{cloud}.yaml"
+    text = resources.files("dynagent.demo").joinpath(name).read_text()
+    for key, value in placeholders.items():
+        text = text.replace(key, value)
+    return parse_config(text, source=f"demo {name}")
+
+
+def run_demo(quiet: bool = False, out: TextIO = sys.stdout, cloud: str = "aws") -> int:
+    clock = VirtualClock()
+    timeline = Timeline(out, lambda: clock.now, quiet)
+    with _rig(cloud, clock, timeline) as rig:
+        print(rig.description, file=out)
         print(f"virtual clock from {START:%Y-%m-%d %H:%M} UTC, one tick = {TICK}", file=out)
-        demo = Demo(aws, out, quiet)
+        demo = Demo(rig, timeline, clock)
         demo.run()
-        print("\nFleet at the end (every instance the pool had, as EC2 shows it):", file=out)
+        print("\nFleet at the end (every instance the pool had, as the cloud shows it):", file=out)
         for line in demo.fleet_table():
             print(f"  {line}", file=out)
-        for reason in demo.dead_letters():
-            print(f"\nDead-letter queue: 1 message: {reason}", file=out)
-    print("\nlocal AWS stopped.", file=out)
+        for reason in rig.dead_letters():
+            print(f"\nDead letters: 1 message: {reason}", file=out)
+    print(f"\nlocal {cloud.upper()} stopped.", file=out)
     return 0
+
+
+@contextmanager
+def _rig(cloud: str, clock: VirtualClock, timeline: Timeline) -> Iterator[Rig]:
+    """Start the local cloud, and stop everything it started however the demo ends."""
+    if cloud == "aws":
+        from dynagent.demo.aws_rig import AwsRig
+        from dynagent.local.aws import LocalAws
+
+        with LocalAws() as aws:
+            config = demo_config("aws", IMAGE_ID=aws.image_id())
+            yield AwsRig(aws, config, lambda: clock.now, timeline)
+    elif cloud == "gcp":
+        from dynagent.demo.gcp_rig import gcp_rig
+
+        with gcp_rig(lambda: clock.now, timeline) as rig:
+            yield rig
+    else:
+        raise ValueError(f"no demo for cloud {cloud!r} (aws or gcp)")

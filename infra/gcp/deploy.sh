@@ -1,0 +1,487 @@
+#!/usr/bin/env bash
+# Deploy dynagent's GCP side with gcloud: topics, service account, least-privilege IAM,
+# the reconcile and sweep Cloud Functions (gen2) and the one-minute sweep schedule.
+# Run with --help for the options; infra/gcp/README.md explains what it creates and why.
+#
+# Idempotent where gcloud allows: what exists is described first and left alone (or
+# updated in place, for the custom role and the schedule); the functions are redeployed.
+# --dry-run prints every gcloud command, one per line and quoted for a shell, and runs
+# none: it needs no credentials, no network and no gcloud at all.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+PROJECT=${DYNAGENT_PROJECT:-}
+REGION=${DYNAGENT_REGION:-}
+ZONES=${DYNAGENT_ZONES:-}
+CONFIG=${DYNAGENT_CONFIG_FILE:-}
+NAME=${DYNAGENT_NAME:-dynagent}
+RUNTIME=${DYNAGENT_RUNTIME:-python313}
+DRY_RUN=0
+
+# Every API the deployment touches: Cloud Functions gen2 runs on Cloud Run, builds with
+# Cloud Build into Artifact Registry and is triggered through Eventarc.
+SERVICES=(
+  cloudfunctions.googleapis.com run.googleapis.com eventarc.googleapis.com
+  pubsub.googleapis.com cloudscheduler.googleapis.com cloudbuild.googleapis.com
+  compute.googleapis.com artifactregistry.googleapis.com iam.googleapis.com
+)
+
+# The Compute Engine calls the functions make (shared/dynagent/gcp/compute.py), and
+# what instances.insert checks for the fields instance_body.py sets. Three more are
+# added only when a pool needs them: compute.instances.setServiceAccount (a pool's
+# service_account.email; with iam.serviceAccounts.actAs, granted on that account
+# alone), compute.instances.setTags (network_tags) and compute.subnetworks.useExternalIp
+# (network_interface.external_ip). Fields a pool adds through base_config may need more.
+BASE_PERMISSIONS=(
+  compute.instances.list          # observe: the pool's VMs, by label filter
+  compute.instances.get           # read one VM before relabelling it
+  compute.instances.create        # launch
+  compute.instances.delete        # terminate
+  compute.instances.setLabels     # launch with labels; the registered/idle marks
+  compute.instances.setMetadata   # launch with the startup script
+  compute.disks.create            # the boot disk made with the VM (named after it)
+  compute.images.useReadOnly      # boot_disk_source_image in this project
+  compute.subnetworks.use         # the network interface's VPC subnetwork
+  compute.zoneOperations.get      # wait for insert, delete and setLabels
+)
+
+usage() {
+  cat <<'EOF'
+usage: infra/gcp/deploy.sh --project P --region R --config FILE [options]
+
+  --project P      project for the topics, functions and schedule   ($DYNAGENT_PROJECT)
+  --region R       region of the functions and the schedule          ($DYNAGENT_REGION)
+  --config FILE    pool config (resource_pools with type: gcp)       ($DYNAGENT_CONFIG_FILE)
+  --zone Z         a zone the pools may use; repeat or comma-separate ($DYNAGENT_ZONES)
+                   (optional guard: every GCP pool's zone must be listed)
+  --name NAME      prefix of every resource's name, default dynagent ($DYNAGENT_NAME)
+  --runtime ID     Cloud Functions runtime, default python313        ($DYNAGENT_RUNTIME)
+  --dry-run        print the gcloud commands, one per line, and run none
+  -h, --help       this help
+EOF
+}
+
+die() {
+  echo "deploy.sh: $*" >&2
+  exit 2
+}
+
+parse_args() {
+  while (($#)); do
+    case $1 in
+      --project) PROJECT=${2:?--project needs a value}; shift ;;
+      --region) REGION=${2:?--region needs a value}; shift ;;
+      --config) CONFIG=${2:?--config needs a value}; shift ;;
+      --zone | --zones) ZONES="${ZONES:+$ZONES,}${2:?--zone needs a value}"; shift ;;
+      --name) NAME=${2:?--name needs a value}; shift ;;
+      --runtime) RUNTIME=${2:?--runtime needs a value}; shift ;;
+      --dry-run) DRY_RUN=1 ;;
+      -h | --help) usage; exit 0 ;;
+      *) usage >&2; die "unknown argument: $1" ;;
+    esac
+    shift
+  done
+}
+
+check_inputs() {
+  [[ -n $PROJECT ]] || die "--project is required"
+  [[ -n $REGION ]] || die "--region is required"
+  [[ -n $CONFIG ]] || die "--config is required"
+  [[ -f $CONFIG ]] || die "config file $CONFIG not found"
+  is_project_id "$PROJECT" || die "--project $PROJECT is not a project id"
+  [[ $REGION =~ ^[a-z]+-[a-z]+[0-9]+$ ]] || die "--region $REGION is not a region"
+  # The service account id "$NAME-fn" must be 6-30 characters.
+  [[ $NAME =~ ^[a-z][a-z0-9-]{1,25}[a-z0-9]$ ]] ||
+    die "--name $NAME: 3-27 lowercase letters, digits or -, starting with a letter"
+  [[ $RUNTIME =~ ^python[0-9]+$ ]] || die "--runtime $RUNTIME is not a Python runtime id"
+  if ((!DRY_RUN)); then
+    command -v gcloud >/dev/null || die "gcloud is not on PATH (or use --dry-run)"
+  fi
+}
+
+is_project_id() {
+  [[ $1 =~ ^[a-z][a-z0-9-]{4,28}[a-z0-9]$ ]]
+}
+
+# --- the pools ------------------------------------------------------------------------
+
+POOL_NAMES=() POOL_PROJECTS=() POOL_ZONES=() POOL_PREFIXES=() POOL_LABELS=()
+PROJECTS_OF_POOLS=() AGENT_ACCOUNTS=() NEEDS_EXTERNAL_IP=0 NEEDS_TAGS=0
+
+python_for_facts() {
+  if [[ -n ${DYNAGENT_PYTHON:-} ]]; then
+    echo "$DYNAGENT_PYTHON"
+  elif [[ -x $ROOT/.venv/bin/python ]]; then
+    echo "$ROOT/.venv/bin/python"
+  else
+    echo python3
+  fi
+}
+
+read_pools() {
+  local facts kind name project zone prefix key value account external tags
+  # dynagent's own loader checks the config as the functions will load it.
+  facts=$("$(python_for_facts)" "$HERE/pool_facts.py" "$CONFIG") ||
+    die "the pool config $CONFIG cannot be deployed (see above)"
+  while IFS=$'\t' read -r kind name project zone prefix key value account external tags; do
+    [[ $kind == pool ]] || continue
+    is_project_id "$project" || die "pool $name: project $project is not a project id"
+    [[ $account == - || $account =~ ^[a-z0-9._-]+@[a-z0-9.-]+$ ]] ||
+      die "pool $name: service_account.email $account is not a service account"
+    POOL_NAMES+=("$name") POOL_PROJECTS+=("$project") POOL_ZONES+=("$zone")
+    POOL_PREFIXES+=("$prefix") POOL_LABELS+=("$key=$value")
+    add_unique PROJECTS_OF_POOLS "$project"
+    [[ $account == - ]] || add_unique AGENT_ACCOUNTS "$account"
+    [[ $external == no ]] || NEEDS_EXTERNAL_IP=1
+    [[ $tags == no ]] || NEEDS_TAGS=1
+  done <<<"$facts"
+  ((${#POOL_NAMES[@]})) || die "no GCP pool in $CONFIG"
+  check_zones
+}
+
+add_unique() {
+  local -n list=$1
+  local item
+  for item in "${list[@]}"; do [[ $item == "$2" ]] && return 0; done
+  list+=("$2")
+}
+
+check_zones() {
+  [[ -n $ZONES ]] || return 0
+  local i
+  for i in "${!POOL_NAMES[@]}"; do
+    [[ ",$ZONES," == *",${POOL_ZONES[i]},"* ]] ||
+      die "pool ${POOL_NAMES[i]} is in zone ${POOL_ZONES[i]}, not in --zone $ZONES"
+  done
+}
+
+# --- running (or printing) gcloud -----------------------------------------------------
+
+# One word as a shell reads it back: bare when safe; a --flag=value word quotes its value
+# only; "${VAR}" where a dry run leaves a captured value; anything else single-quoted.
+quote() {
+  local word=$1 safe='^[A-Za-z0-9_./:=@,+%-]+$' flag='^(--[a-z0-9-]+=)(.+)$'
+  local placeholder='^([A-Za-z0-9_./:=@,+%-]|\$\{[A-Z_]+\})+$'
+  # shellcheck disable=SC2016 # a literal ${ marks a placeholder
+  if [[ $word =~ $safe ]]; then
+    printf '%s' "$word"
+  elif [[ $word =~ $flag ]]; then
+    printf '%s%s' "${BASH_REMATCH[1]}" "$(quote "${BASH_REMATCH[2]}")"
+  elif [[ $word == *'${'* && $word =~ $placeholder ]]; then
+    printf '"%s"' "$word"
+  else
+    printf "'%s'" "${word//\'/\'\\\'\'}"
+  fi
+}
+
+print_command() {
+  local word line=""
+  for word in "$@"; do line+="${line:+ }$(quote "$word")"; done
+  printf '%s\n' "$line"
+}
+
+run() {
+  if ((DRY_RUN)); then
+    print_command "$@"
+  else
+    echo "+ $(print_command "$@")" >&2
+    "$@"
+  fi
+}
+
+# IAM lags behind a service account's creation: retry a binding a few times.
+run_binding() {
+  local attempt
+  if ((DRY_RUN)); then
+    run "$@"
+    return
+  fi
+  for attempt in 1 2 3 4 5; do
+    run "$@" >/dev/null && return 0
+    ((attempt < 5)) && echo "deploy.sh: retrying in 10s" >&2 && sleep 10
+  done
+  die "failed: $(print_command "$@")"
+}
+
+# Whether a resource exists. A dry run assumes nothing does, and calls nothing.
+exists() {
+  ((DRY_RUN)) && return 1
+  "$@" >/dev/null 2>&1
+}
+
+# VAR=$(command): a dry run prints that line and leaves "${VAR}" for later commands.
+capture() {
+  local var=$1
+  shift
+  if ((DRY_RUN)); then
+    # shellcheck disable=SC2016 # printed for the reader's shell to expand, not ours
+    printf '%s=$(%s)\n' "$var" "$(print_command "$@")"
+    # shellcheck disable=SC2016
+    printf -v "$var" '${%s}' "$var"
+  else
+    echo "+ $var=\$($(print_command "$@"))" >&2
+    printf -v "$var" '%s' "$("$@")"
+    [[ -n ${!var} ]] || die "$(print_command "$@") printed nothing"
+  fi
+}
+
+# --- the deployment -------------------------------------------------------------------
+
+SNAPSHOTS='' SWEEP_TOPIC='' DEAD_LETTERS='' FN_ACCOUNT='' ROLE_ID='' WORK='' SOURCE=''
+
+name_resources() {
+  SNAPSHOTS=$NAME-snapshots
+  SWEEP_TOPIC=$NAME-sweep
+  DEAD_LETTERS=$NAME-dead-letters
+  FN_ACCOUNT=$NAME-fn@$PROJECT.iam.gserviceaccount.com
+  ROLE_ID=${NAME//-/_}_compute # custom role ids allow letters, digits, _ and . only
+}
+
+enable_services() {
+  local project
+  run gcloud services enable "${SERVICES[@]}" --project="$PROJECT"
+  # A pool in another project needs Compute Engine and IAM (its custom role) there.
+  for project in "${PROJECTS_OF_POOLS[@]}"; do
+    [[ $project == "$PROJECT" ]] ||
+      run gcloud services enable compute.googleapis.com iam.googleapis.com --project="$project"
+  done
+}
+
+ensure_topic() {
+  exists gcloud pubsub topics describe "$1" --project="$PROJECT" ||
+    run gcloud pubsub topics create "$1" --project="$PROJECT"
+}
+
+create_topics() {
+  ensure_topic "$SNAPSHOTS"
+  ensure_topic "$SWEEP_TOPIC"
+  ensure_topic "$DEAD_LETTERS"
+  # Messages published to a topic without subscriptions are lost: this one keeps the
+  # dead letters for a week, and never expires for being idle.
+  exists gcloud pubsub subscriptions describe "$DEAD_LETTERS" --project="$PROJECT" ||
+    run gcloud pubsub subscriptions create "$DEAD_LETTERS" --topic="$DEAD_LETTERS" \
+      --message-retention-duration=7d --expiration-period=never --project="$PROJECT"
+}
+
+create_service_account() {
+  exists gcloud iam service-accounts describe "$FN_ACCOUNT" --project="$PROJECT" ||
+    run gcloud iam service-accounts create "$NAME-fn" --project="$PROJECT" \
+      --display-name="dynagent functions ($NAME)" \
+      --description="Runs and triggers the $NAME reconcile and sweep functions"
+}
+
+role_permissions() {
+  local permissions=("${BASE_PERMISSIONS[@]}")
+  ((${#AGENT_ACCOUNTS[@]})) && permissions+=(compute.instances.setServiceAccount)
+  ((NEEDS_TAGS)) && permissions+=(compute.instances.setTags)
+  ((NEEDS_EXTERNAL_IP)) && permissions+=(compute.subnetworks.useExternalIp)
+  local IFS=,
+  echo "${permissions[*]}"
+}
+
+# The IAM condition on the role binding in one pool project. What it cannot restrict:
+#  - compute.instances.list names no instance (it is checked on the project), so the
+#    functions can list, and read the metadata of, every VM in the project;
+#  - labels: IAM conditions cannot test Compute Engine labels (resource.name, .type
+#    and .service, and Resource Manager tags, are the only resource attributes), so the
+#    managed label pair is enforced by the functions' code, not by IAM: any VM someone
+#    names with a pool's prefix, in its zone, is within reach;
+#  - operations, images and subnetworks are not instances or disks: the role's
+#    permissions on them hold for all of them in the project;
+#  - what a launch asks for (machine type, GPUs, image) is not an IAM attribute:
+#    quotas and organization policies bound that.
+condition_expression() {
+  local project=$1 i clauses=()
+  for i in "${!POOL_NAMES[@]}"; do
+    [[ ${POOL_PROJECTS[i]} == "$project" ]] || continue
+    local zone=projects/$project/zones/${POOL_ZONES[i]}
+    add_unique clauses "resource.name.startsWith(\"$zone/instances/${POOL_PREFIXES[i]}\")"
+    # The boot disk takes the instance's name.
+    add_unique clauses "resource.name.startsWith(\"$zone/disks/${POOL_PREFIXES[i]}\")"
+  done
+  local expression='(resource.type != "compute.googleapis.com/Instance"'
+  expression+=' && resource.type != "compute.googleapis.com/Disk")'
+  local clause
+  for clause in "${clauses[@]}"; do expression+=" || $clause"; done
+  echo "$expression"
+}
+
+write_condition() {
+  local project=$1 file=$2 expression
+  expression=$(condition_expression "$project")
+  # JSON: the expression's double quotes escaped; names are [a-z0-9-] (checked above).
+  printf '{"title": "%s", "description": "%s", "expression": "%s"}\n' \
+    "$NAME managed instances" \
+    "Instances and boot disks named with a $NAME pool prefix, in the pools' zones" \
+    "${expression//\"/\\\"}" >"$file"
+}
+
+grant_compute_role() {
+  local project permissions file role
+  permissions=$(role_permissions)
+  for project in "${PROJECTS_OF_POOLS[@]}"; do
+    role=projects/$project/roles/$ROLE_ID
+    if exists gcloud iam roles describe "$ROLE_ID" --project="$project"; then
+      run gcloud iam roles update "$ROLE_ID" --project="$project" --permissions="$permissions" --quiet
+    else
+      run gcloud iam roles create "$ROLE_ID" --project="$project" --stage=GA \
+        --title="dynagent compute ($NAME)" \
+        --description="What the $NAME functions do to Compute Engine" \
+        --permissions="$permissions"
+    fi
+    file=$WORK/iam-condition-$project.json
+    write_condition "$project" "$file"
+    ((DRY_RUN)) && echo "# $project: $(condition_expression "$project")"
+    bind_role "$project" "$role" "$file"
+  done
+}
+
+# A binding's condition cannot be edited: one with another expression is replaced.
+bind_role() {
+  local project=$1 role=$2 file=$3 current=""
+  local member=serviceAccount:$FN_ACCOUNT
+  if ((!DRY_RUN)); then
+    current=$(gcloud projects get-iam-policy "$project" --flatten=bindings[].members \
+      --filter="bindings.role=\"$role\" AND bindings.members=\"$member\"" \
+      --format='value(bindings.condition.expression)')
+    [[ $current == "$(condition_expression "$project")" ]] && return 0
+    [[ -z $current ]] ||
+      run gcloud projects remove-iam-policy-binding "$project" --member="$member" \
+        --role="$role" --all --quiet >/dev/null
+  fi
+  run_binding gcloud projects add-iam-policy-binding "$project" --member="$member" \
+    --role="$role" --condition-from-file="$file" --quiet
+}
+
+grant_service_account_use() {
+  local account
+  # Launching a VM that runs as a service account takes actAs on that account only.
+  for account in "${AGENT_ACCOUNTS[@]}"; do
+    run_binding gcloud iam service-accounts add-iam-policy-binding "$account" \
+      --member="serviceAccount:$FN_ACCOUNT" --role=roles/iam.serviceAccountUser --quiet
+  done
+  # reconcile sets aside messages it can never apply on the dead-letter topic.
+  run_binding gcloud pubsub topics add-iam-policy-binding "$DEAD_LETTERS" --project="$PROJECT" \
+    --member="serviceAccount:$FN_ACCOUNT" --role=roles/pubsub.publisher
+}
+
+stage_source() {
+  SOURCE=$WORK/source
+  mkdir -p "$SOURCE"
+  if compgen -G "$ROOT/functions/gcp/*.py" >/dev/null; then
+    cp "$ROOT"/functions/gcp/*.py "$SOURCE/"
+  elif ((DRY_RUN)); then
+    echo "# WARNING: functions/gcp/*.py not found: the staged source has no entry points"
+  else
+    die "functions/gcp/*.py not found: nothing to deploy"
+  fi
+  (cd "$ROOT/shared" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - dynagent) |
+    (cd "$SOURCE" && tar -xf -)
+  cp "$HERE/requirements.txt" "$SOURCE/requirements.txt"
+  cp "$CONFIG" "$SOURCE/dynagent.yaml"
+  ((DRY_RUN)) && echo "# staged function source: $SOURCE"
+  return 0
+}
+
+# One writer per pool: at most one instance of each function, taking one event at a
+# time, so reconciles never overlap; Pub/Sub holds back and retries the rest.
+deploy_function() {
+  local name=$1 entry_point=$2 topic=$3
+  shift 3
+  run gcloud functions deploy "$name" --gen2 --project="$PROJECT" --region="$REGION" \
+    --runtime="$RUNTIME" --source="$SOURCE" --entry-point="$entry_point" \
+    --trigger-topic="$topic" --service-account="$FN_ACCOUNT" \
+    --trigger-service-account="$FN_ACCOUNT" \
+    --set-env-vars="DYNAGENT_CONFIG=dynagent.yaml,DYNAGENT_DEAD_LETTER_TOPIC=projects/$PROJECT/topics/$DEAD_LETTERS" \
+    --max-instances=1 --concurrency=1 --ingress-settings=internal-only \
+    --memory=512Mi --timeout=300s "$@" --quiet
+  # Eventarc pushes with the trigger's service account, which must be an invoker.
+  run_binding gcloud functions add-invoker-policy-binding "$name" --project="$PROJECT" \
+    --region="$REGION" --member="serviceAccount:$FN_ACCOUNT"
+}
+
+deploy_functions() {
+  deploy_function "$NAME-reconcile" reconcile "$SNAPSHOTS" --retry
+  # No --retry: a failed sweep is replaced by the next one a minute later.
+  deploy_function "$NAME-sweep" sweep "$SWEEP_TOPIC"
+}
+
+# Eventarc makes the reconcile trigger's subscription; gcloud functions deploy has no
+# flag for its dead-letter policy, so it is set on that subscription afterwards (again
+# after each deploy, in case the trigger was recreated). A snapshot that keeps failing
+# goes to the dead-letter topic after 5 deliveries (Pub/Sub's minimum), retried after
+# 10 s doubling up to 5 min, as on AWS.
+dead_letter_reconcile_trigger() {
+  local agent
+  capture TRIGGER gcloud functions describe "$NAME-reconcile" --v2 --project="$PROJECT" \
+    --region="$REGION" --format='value(eventTrigger.trigger.basename())'
+  capture SUBSCRIPTION gcloud eventarc triggers describe "$TRIGGER" --project="$PROJECT" \
+    --location="$REGION" --format='value(transport.pubsub.subscription)'
+  capture PROJECT_NUMBER gcloud projects describe "$PROJECT" --format='value(projectNumber)'
+  # Pub/Sub's own service agent forwards dead letters: it publishes to the topic and
+  # acknowledges on the subscription.
+  agent=serviceAccount:service-$PROJECT_NUMBER@gcp-sa-pubsub.iam.gserviceaccount.com
+  run_binding gcloud pubsub topics add-iam-policy-binding "$DEAD_LETTERS" --project="$PROJECT" \
+    --member="$agent" --role=roles/pubsub.publisher
+  run_binding gcloud pubsub subscriptions add-iam-policy-binding "$SUBSCRIPTION" \
+    --project="$PROJECT" --member="$agent" --role=roles/pubsub.subscriber
+  run gcloud pubsub subscriptions update "$SUBSCRIPTION" --project="$PROJECT" \
+    --dead-letter-topic="projects/$PROJECT/topics/$DEAD_LETTERS" --max-delivery-attempts=5 \
+    --min-retry-delay=10s --max-retry-delay=300s
+}
+
+schedule_sweep() {
+  local job=(--location="$REGION" --project="$PROJECT" --schedule='* * * * *'
+    --time-zone=Etc/UTC --topic="projects/$PROJECT/topics/$SWEEP_TOPIC"
+    --message-body='{"type": "sweep"}')
+  if exists gcloud scheduler jobs describe "$NAME-sweep" --location="$REGION" --project="$PROJECT"; then
+    run gcloud scheduler jobs update pubsub "$NAME-sweep" "${job[@]}"
+  else
+    run gcloud scheduler jobs create pubsub "$NAME-sweep" "${job[@]}" \
+      --description="dynagent ($NAME): sweep every pool every minute"
+  fi
+}
+
+summary() {
+  local i
+  echo "# dynagent '$NAME' on GCP: project $PROJECT, region $REGION"
+  for i in "${!POOL_NAMES[@]}"; do
+    echo "# pool ${POOL_NAMES[i]}: ${POOL_PROJECTS[i]}/${POOL_ZONES[i]}," \
+      "instances ${POOL_PREFIXES[i]}*, label ${POOL_LABELS[i]}"
+  done
+}
+
+closing_notes() {
+  echo "# masters publish snapshots to projects/$PROJECT/topics/$SNAPSHOTS" \
+    "with the pool name as ordering key (dynagent publish --to projects/$PROJECT/topics/$SNAPSHOTS)"
+  ((DRY_RUN)) && echo "# dry run: nothing was run"
+  return 0
+}
+
+main() {
+  parse_args "$@"
+  check_inputs
+  read_pools
+  name_resources
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/dynagent-gcp-$NAME.XXXXXX")
+  # A dry run keeps its staged source and condition files: its commands refer to them.
+  ((DRY_RUN)) || trap 'rm -rf "$WORK"' EXIT
+  summary
+  enable_services
+  create_topics
+  create_service_account
+  grant_compute_role
+  grant_service_account_use
+  stage_source
+  deploy_functions
+  dead_letter_reconcile_trigger
+  schedule_sweep
+  closing_notes
+}
+
+# Sourced (by the tests), it only defines the functions.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  main "$@"
+fi

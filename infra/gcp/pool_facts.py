@@ -1,0 +1,95 @@
+"""What deploy.sh needs to know about the GCP pools, read with dynagent's own config loader.
+
+    pool_facts.py CONFIG
+
+Checks CONFIG exactly as the functions will load it, then prints one tab-separated line
+per GCP pool, for the shell to read without evaluating anything:
+
+    pool  NAME  PROJECT  ZONE  NAME_PREFIX  LABEL_KEY  LABEL_VALUE  SA_EMAIL  EXTERNAL_IP  TAGS
+
+SA_EMAIL is the agents' service account, or ``-`` when the pool sets none (the VMs then
+get no service account). EXTERNAL_IP and TAGS are ``yes``/``no``: whether launches give
+the VM an external address and network tags, which take IAM permissions of their own.
+
+A config that does not load, or has no GCP pool, exits with status 2 and the loader's
+message (it names the pool and field) on stderr. AWS pools are left out: they belong to
+the AWS deployment. Runs under the repository's Python (it imports dynagent from shared/).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+
+from dynagent.config import ConfigError, GcpProvider, load_config
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    name: str
+    project: str
+    zone: str
+    name_prefix: str
+    label_key: str
+    label_value: str
+    service_account: str
+    external_ip: bool
+    network_tags: bool
+
+    def line(self) -> str:
+        fields = [
+            "pool", self.name, self.project, self.zone, self.name_prefix, self.label_key,
+            self.label_value, self.service_account or "-",
+            _yes(self.external_ip), _yes(self.network_tags),
+        ]  # fmt: skip
+        return "\t".join(fields)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def gcp_pools(config_path: str) -> list[PoolFacts]:
+    """The GCP pools of a config, checked by dynagent.config; raises ConfigError."""
+    config = load_config(config_path).for_cloud("gcp")
+    facts = []
+    for pool in config.pools.values():
+        provider = pool.provider
+        assert isinstance(provider, GcpProvider)  # for_cloud("gcp") keeps only these
+        facts.append(
+            PoolFacts(
+                name=pool.name,
+                project=provider.project,
+                zone=provider.zone,
+                name_prefix=provider.name_prefix,
+                label_key=provider.label_key,
+                label_value=provider.label_value,
+                service_account=provider.service_account.email,
+                external_ip=provider.network_interface.external_ip,
+                network_tags=bool(provider.network_tags),
+            )
+        )
+    if not facts:
+        raise ConfigError(f"{config_path}: no pool has provider type gcp")
+    return facts
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: pool_facts.py CONFIG", file=sys.stderr)
+        return 2
+    try:
+        facts = gcp_pools(argv[0])
+    except ConfigError as error:
+        print(f"pool_facts.py: {error}", file=sys.stderr)
+        return 2
+    for pool in facts:
+        print(pool.line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,651 @@
+"""infra/gcp/deploy.sh: the GCP deployment it prints (--dry-run) and the one it runs.
+
+The real gcloud never runs here. Dry runs get a fake ``gcloud`` first on PATH that fails
+the test if it is called at all. The runs without --dry-run get a fake that records
+each call and answers lookups: they check that the script creates what is missing,
+leaves what exists, and runs the commands a dry run prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA = ROOT / "infra" / "gcp"
+SCRIPT = INFRA / "deploy.sh"
+EXAMPLE = INFRA / "dynagent.example.yaml"
+
+PROJECT = "my-gpu-project"  # the example config's
+REGION = "us-central1"
+FN_ACCOUNT = f"dynagent-fn@{PROJECT}.iam.gserviceaccount.com"
+AGENT_ACCOUNT = f"determined-agent@{PROJECT}.iam.gserviceaccount.com"
+DEAD_LETTERS = f"projects/{PROJECT}/topics/dynagent-dead-letters"
+BASE_PERMISSIONS = {
+    "compute.instances.list", "compute.instances.get", "compute.instances.create",
+    "compute.instances.delete", "compute.instances.setLabels", "compute.instances.setMetadata",
+    "compute.disks.create", "compute.images.useReadOnly", "compute.subnetworks.use",
+    "compute.zoneOperations.get",
+}  # fmt: skip
+SERVICES = {
+    "cloudfunctions.googleapis.com", "run.googleapis.com", "eventarc.googleapis.com",
+    "pubsub.googleapis.com", "cloudscheduler.googleapis.com", "cloudbuild.googleapis.com",
+    "compute.googleapis.com", "artifactregistry.googleapis.com", "iam.googleapis.com",
+}  # fmt: skip
+
+# What the recording fake answers to the lookups whose output the script uses.
+FAKE_TRIGGER = "dynagent-reconcile-123456"
+FAKE_SUBSCRIPTION = f"projects/{PROJECT}/subscriptions/eventarc-us-central1-{FAKE_TRIGGER}-sub-1"
+FAKE_PROJECT_NUMBER = "123456789012"
+
+FAILING_GCLOUD = """#!/bin/sh
+echo "$*" >> "{marker}"
+echo "fake gcloud: a dry run must not call gcloud" >&2
+exit 97
+"""
+
+RECORDING_GCLOUD = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_GCLOUD_LOG"], "a") as log:
+    log.write(json.dumps(args) + "\\n")
+exists = os.environ.get("FAKE_GCLOUD_EXISTS") == "1"
+words = [a for a in args if not a.startswith("-")]
+if words[:2] == ["functions", "describe"]:
+    print("{trigger}")
+elif words[:3] == ["eventarc", "triggers", "describe"]:
+    print("{subscription}")
+elif words[:2] == ["projects", "describe"]:
+    print("{number}")
+elif "get-iam-policy" in words:
+    if exists:
+        print(open(os.environ["FAKE_GCLOUD_EXPRESSION"]).read().strip())
+elif "describe" in words and not exists:
+    print("ERROR: (gcloud) NOT_FOUND", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def commands(self) -> list[list[str]]:
+        """The gcloud command lines, split as a shell splits them."""
+        return [shlex.split(line) for line in self.stdout.splitlines() if line.startswith("gcloud")]
+
+    @property
+    def captures(self) -> dict[str, list[str]]:
+        """``VAR=$(gcloud ...)`` lines: the lookups a dry run leaves to the reader's shell."""
+        found = {}
+        for line in self.stdout.splitlines():
+            match = re.fullmatch(r"([A-Z_]+)=\$\((gcloud .*)\)", line)
+            if match:
+                found[match.group(1)] = shlex.split(match.group(2))
+        return found
+
+    @property
+    def source(self) -> Path:
+        [path] = re.findall(r"^# staged function source: (.+)$", self.stdout, re.MULTILINE)
+        return Path(path)
+
+    def find(self, *words: str) -> list[list[str]]:
+        """Commands that start with ``gcloud`` and then ``words``."""
+        return [c for c in self.commands if c[1 : 1 + len(words)] == list(words)]
+
+    def one(self, *words: str) -> list[str]:
+        matches = self.find(*words)
+        assert len(matches) == 1, f"expected one 'gcloud {' '.join(words)}', got {matches}"
+        return matches[0]
+
+
+def flags(command: Iterable[str]) -> dict[str, str]:
+    """``--name=value`` (and bare ``--name``, as "") of one command."""
+    parsed = {}
+    for word in command:
+        if word.startswith("--"):
+            name, _, value = word[2:].partition("=")
+            assert name not in parsed, f"--{name} given twice in {command}"
+            parsed[name] = value
+    return parsed
+
+
+def env_vars(command: list[str]) -> dict[str, str]:
+    return dict(pair.split("=", 1) for pair in flags(command)["set-env-vars"].split(","))
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def script_env(tmp_path: Path, fake: str, **extra: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    _executable(bin_dir / "gcloud", fake)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAGENT_")}
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    env.update(
+        PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        TMPDIR=str(work),  # the script's staging directory lands in the test's tmp_path
+        DYNAGENT_PYTHON=sys.executable,
+        **extra,
+    )
+    return env
+
+
+def deploy(env: dict[str, str], *args: str, dry_run: bool = True) -> Run:
+    command = ["bash", str(SCRIPT), *(["--dry-run"] if dry_run else []), *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+def dry_run(tmp_path: Path, *args: str, config: Path = EXAMPLE) -> Run:
+    marker = tmp_path / "gcloud-was-called"
+    env = script_env(tmp_path, FAILING_GCLOUD.format(marker=marker))
+    result = deploy(env, "--project", PROJECT, "--region", REGION, "--config", str(config), *args)
+    assert not marker.exists(), f"a dry run called gcloud: {marker.read_text()}"
+    return result
+
+
+@pytest.fixture
+def printed(tmp_path: Path) -> Run:
+    """The dry run of the example config."""
+    result = dry_run(tmp_path)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def write_config(path: Path, *pools: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump({"resource_pools": list(pools)}))
+    return path
+
+
+def gcp_pool(name: str, **fields: Any) -> dict[str, Any]:
+    provider = {
+        "type": "gcp",
+        "project": PROJECT,
+        "zone": "us-central1-a",
+        "boot_disk_source_image": f"projects/{PROJECT}/global/images/agent",
+        **fields,
+    }
+    return {"pool_name": name, "provider": provider}
+
+
+# --------------------------------------------------------------------------------------
+# The dry run of the example: every resource, with the right settings
+# --------------------------------------------------------------------------------------
+
+
+def test_every_service_is_enabled(printed: Run) -> None:
+    command = printed.one("services", "enable")
+    assert set(command[3:-1]) == SERVICES
+    assert flags(command) == {"project": PROJECT}
+
+
+def test_three_topics_and_a_subscription_that_keeps_dead_letters(printed: Run) -> None:
+    topics = [c[4] for c in printed.find("pubsub", "topics", "create")]
+    assert topics == ["dynagent-snapshots", "dynagent-sweep", "dynagent-dead-letters"]
+    subscription = printed.one("pubsub", "subscriptions", "create")
+    assert subscription[4] == "dynagent-dead-letters"
+    assert flags(subscription)["topic"] == "dynagent-dead-letters"
+    assert flags(subscription)["expiration-period"] == "never"
+
+
+def test_a_service_account_for_the_functions(printed: Run) -> None:
+    command = printed.one("iam", "service-accounts", "create")
+    assert command[4] == "dynagent-fn" and flags(command)["project"] == PROJECT
+
+
+def test_a_custom_role_with_just_the_compute_permissions_used(printed: Run) -> None:
+    command = printed.one("iam", "roles", "create")
+    assert command[4] == "dynagent_compute"
+    permissions = set(flags(command)["permissions"].split(","))
+    # The example's pools set a service account and network tags, no external IP.
+    assert permissions == BASE_PERMISSIONS | {
+        "compute.instances.setServiceAccount",
+        "compute.instances.setTags",
+    }
+
+
+def test_the_role_is_bound_with_a_condition_naming_each_pools_zone_and_prefix(
+    printed: Run,
+) -> None:
+    command = printed.one("projects", "add-iam-policy-binding")
+    assert command[3] == PROJECT
+    options = flags(command)
+    assert options["member"] == f"serviceAccount:{FN_ACCOUNT}"
+    assert options["role"] == f"projects/{PROJECT}/roles/dynagent_compute"
+    condition = json.loads(Path(options["condition-from-file"]).read_text())
+    expression = condition["expression"]
+    assert condition["title"]
+    for zone, prefix in [
+        ("us-central1-a", "det-dynamic-agent-"),
+        ("us-central1-b", "det-spot-agent-"),
+    ]:
+        for kind in ("instances", "disks"):
+            name = f"projects/{PROJECT}/zones/{zone}/{kind}/{prefix}"
+            assert f'resource.name.startsWith("{name}")' in expression
+    # Everything that is not an instance or a disk is outside the name restriction.
+    assert expression.startswith(
+        '(resource.type != "compute.googleapis.com/Instance" && '
+        'resource.type != "compute.googleapis.com/Disk") || '
+    )
+    assert expression.count("startsWith") == 4
+
+
+def test_act_as_only_on_the_agents_service_account(printed: Run) -> None:
+    command = printed.one("iam", "service-accounts", "add-iam-policy-binding")
+    assert command[4] == AGENT_ACCOUNT
+    assert flags(command)["role"] == "roles/iam.serviceAccountUser"
+    assert flags(command)["member"] == f"serviceAccount:{FN_ACCOUNT}"
+    project_roles = [flags(c)["role"] for c in printed.find("projects", "add-iam-policy-binding")]
+    assert "roles/iam.serviceAccountUser" not in project_roles
+
+
+def test_the_functions_may_publish_dead_letters(printed: Run) -> None:
+    bindings = printed.find("pubsub", "topics", "add-iam-policy-binding")
+    assert any(
+        c[4] == "dynagent-dead-letters"
+        and flags(c)["member"] == f"serviceAccount:{FN_ACCOUNT}"
+        and flags(c)["role"] == "roles/pubsub.publisher"
+        for c in bindings
+    )
+
+
+@pytest.mark.parametrize(
+    ("function", "entry_point", "topic", "retry"),
+    [
+        ("dynagent-reconcile", "reconcile", "dynagent-snapshots", True),
+        ("dynagent-sweep", "sweep", "dynagent-sweep", False),
+    ],
+)
+def test_each_function_runs_alone_with_its_entry_point_topic_and_env(
+    printed: Run, function: str, entry_point: str, topic: str, retry: bool
+) -> None:
+    [command] = [c for c in printed.find("functions", "deploy") if c[3] == function]
+    options = flags(command)
+    assert "gen2" in options
+    assert options["max-instances"] == "1" and options["concurrency"] == "1"
+    assert options["entry-point"] == entry_point
+    assert options["trigger-topic"] == topic
+    assert options["service-account"] == options["trigger-service-account"] == FN_ACCOUNT
+    assert options["ingress-settings"] == "internal-only"
+    assert re.fullmatch(r"python3(1[2-9])", options["runtime"])
+    assert options["region"] == REGION and options["project"] == PROJECT
+    assert ("retry" in options) is retry
+    assert env_vars(command) == {
+        "DYNAGENT_CONFIG": "dynagent.yaml",
+        "DYNAGENT_DEAD_LETTER_TOPIC": DEAD_LETTERS,
+    }
+    assert Path(options["source"]) == printed.source
+    invoker = [
+        c for c in printed.find("functions", "add-invoker-policy-binding") if c[3] == function
+    ]
+    assert [flags(c)["member"] for c in invoker] == [f"serviceAccount:{FN_ACCOUNT}"]
+
+
+def test_the_reconcile_trigger_dead_letters_after_five_deliveries(printed: Run) -> None:
+    lookups = printed.captures
+    assert lookups["TRIGGER"][1:4] == ["functions", "describe", "dynagent-reconcile"]
+    assert lookups["SUBSCRIPTION"][1:5] == ["eventarc", "triggers", "describe", "${TRIGGER}"]
+    assert lookups["PROJECT_NUMBER"][1:4] == ["projects", "describe", PROJECT]
+    update = printed.one("pubsub", "subscriptions", "update")
+    assert update[4] == "${SUBSCRIPTION}"
+    assert flags(update)["dead-letter-topic"] == DEAD_LETTERS
+    assert flags(update)["max-delivery-attempts"] == "5"
+    agent = "serviceAccount:service-${PROJECT_NUMBER}@gcp-sa-pubsub.iam.gserviceaccount.com"
+    forwarding = {
+        (flags(c)["role"], c[4])
+        for c in printed.find("pubsub")
+        if "add-iam-policy-binding" in c and flags(c).get("member") == agent
+    }
+    assert forwarding == {
+        ("roles/pubsub.publisher", "dynagent-dead-letters"),
+        ("roles/pubsub.subscriber", "${SUBSCRIPTION}"),
+    }
+
+
+def test_the_sweep_is_scheduled_every_minute(printed: Run) -> None:
+    command = printed.one("scheduler", "jobs", "create", "pubsub")
+    options = flags(command)
+    assert command[5] == "dynagent-sweep"
+    assert options["schedule"] == "* * * * *"
+    assert options["topic"] == f"projects/{PROJECT}/topics/dynagent-sweep"
+    assert options["location"] == REGION
+
+
+def test_the_dry_run_says_how_a_master_publishes(printed: Run) -> None:
+    assert f"projects/{PROJECT}/topics/dynagent-snapshots" in printed.stdout
+    assert "ordering key" in printed.stdout
+    assert printed.stdout.rstrip().endswith("# dry run: nothing was run")
+
+
+def test_the_staged_source_is_the_functions_package_and_config(printed: Run) -> None:
+    source = printed.source
+    assert (source / "main.py").read_text() == (ROOT / "functions/gcp/main.py").read_text()
+    assert (source / "requirements.txt").read_text() == (INFRA / "requirements.txt").read_text()
+    assert (source / "dynagent.yaml").read_text() == EXAMPLE.read_text()
+    assert (source / "dynagent" / "config.py").is_file()
+    assert not list(source.rglob("__pycache__"))
+    # main.py imports, with dynagent from the staged copy, and the config loads.
+    probe = (
+        "import sys; sys.path.insert(0, '.')\n"
+        "import main, dynagent\n"
+        "from dynagent.config import load_config\n"
+        "assert callable(main.reconcile) and callable(main.sweep)\n"
+        "assert dynagent.__file__.startswith(sys.argv[1]), dynagent.__file__\n"
+        "print(sorted(load_config('dynagent.yaml').pools))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(source)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['l4-spot', 't4']"
+
+
+def test_the_printed_commands_run_as_a_shell_script(printed: Run, tmp_path: Path) -> None:
+    """Copy-pasteable: a shell running the output passes each command the words intended."""
+    log = tmp_path / "calls.jsonl"
+    env = script_env(tmp_path / "paste", _recording_gcloud(), FAKE_GCLOUD_LOG=str(log))
+    done = subprocess.run(["bash", "-eu"], input=printed.stdout, env=env, text=True, timeout=60)
+    assert done.returncode == 0
+    values = {
+        "${TRIGGER}": FAKE_TRIGGER,
+        "${SUBSCRIPTION}": FAKE_SUBSCRIPTION,
+        "${PROJECT_NUMBER}": FAKE_PROJECT_NUMBER,
+    }
+    expected = []
+    for line in printed.stdout.splitlines():
+        capture = re.fullmatch(r"[A-Z_]+=\$\((gcloud .*)\)", line)
+        command = capture.group(1) if capture else line
+        if command.startswith("gcloud "):
+            expected.append([_substitute(word, values) for word in shlex.split(command)[1:]])
+    assert len(expected) > 20
+    assert _calls(log) == expected
+
+
+@pytest.mark.parametrize(
+    "word",
+    [
+        "plain-word_1.2:3@x",
+        "* * * * *",
+        '{"type": "sweep"}',
+        "it's",
+        "--description=it's a (test)",
+        "$HOME and `date`",
+        "back\\slash",
+        "",
+    ],
+)
+def test_each_word_is_quoted_so_a_shell_reads_it_back(word: str) -> None:
+    probe = 'source "$1"; q=$(quote "$2"); eval "back=$q"; printf "%s\\n%s" "$q" "$back"'
+    done = subprocess.run(
+        ["bash", "-c", probe, "probe", str(SCRIPT), word],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    quoted, back = done.stdout.split("\n", 1)
+    assert back == word
+    assert shlex.split(quoted) == ([word] if word else [""])
+
+
+def _substitute(word: str, values: dict[str, str]) -> str:
+    for placeholder, value in values.items():
+        word = word.replace(placeholder, value)
+    return word
+
+
+# --------------------------------------------------------------------------------------
+# What the config decides
+# --------------------------------------------------------------------------------------
+
+
+def test_permissions_and_grants_follow_the_pools(tmp_path: Path) -> None:
+    bare = write_config(tmp_path / "bare.yaml", gcp_pool("plain"))
+    result = dry_run(tmp_path, config=bare)
+    assert result.returncode == 0, result.stderr
+    role = result.one("iam", "roles", "create")
+    assert set(flags(role)["permissions"].split(",")) == BASE_PERMISSIONS
+    assert not result.find("iam", "service-accounts", "add-iam-policy-binding")
+
+    exposed = write_config(
+        tmp_path / "exposed.yaml", gcp_pool("open", network_interface={"external_ip": True})
+    )
+    result = dry_run(tmp_path, config=exposed)
+    role = result.one("iam", "roles", "create")
+    assert "compute.subnetworks.useExternalIp" in flags(role)["permissions"].split(",")
+
+
+def test_a_pool_in_another_project_gets_the_role_and_condition_there(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "two.yaml",
+        gcp_pool("here"),
+        gcp_pool("there", project="other-gpu-project", zone="europe-west4-a", name_prefix="eu-"),
+    )
+    result = dry_run(tmp_path, config=config)
+    assert result.returncode == 0, result.stderr
+    roles = {flags(c)["project"] for c in result.find("iam", "roles", "create")}
+    assert roles == {PROJECT, "other-gpu-project"}
+    [there] = [c for c in result.find("projects", "add-iam-policy-binding") if c[3] != PROJECT]
+    assert flags(there)["role"] == "projects/other-gpu-project/roles/dynagent_compute"
+    expression = json.loads(Path(flags(there)["condition-from-file"]).read_text())["expression"]
+    assert "projects/other-gpu-project/zones/europe-west4-a/instances/eu-" in expression
+    assert PROJECT + "/" not in expression  # only that project's pools
+    enabled = [c for c in result.find("services", "enable") if flags(c)["project"] != PROJECT]
+    assert [set(c[3:-1]) for c in enabled] == [{"compute.googleapis.com", "iam.googleapis.com"}]
+
+
+def test_name_prefixes_every_resource(tmp_path: Path) -> None:
+    result = dry_run(tmp_path, "--name", "gpu-prod")
+    assert result.returncode == 0, result.stderr
+    assert [c[4] for c in result.find("pubsub", "topics", "create")] == [
+        "gpu-prod-snapshots",
+        "gpu-prod-sweep",
+        "gpu-prod-dead-letters",
+    ]
+    assert {c[3] for c in result.find("functions", "deploy")} == {
+        "gpu-prod-reconcile",
+        "gpu-prod-sweep",
+    }
+    assert result.one("iam", "roles", "create")[4] == "gpu_prod_compute"
+    assert f"gpu-prod-fn@{PROJECT}.iam.gserviceaccount.com" in result.stdout
+
+
+# --------------------------------------------------------------------------------------
+# Refusals: clear messages, nothing printed to run
+# --------------------------------------------------------------------------------------
+
+
+def test_a_bad_config_fails_with_the_loaders_message(tmp_path: Path) -> None:
+    bad = write_config(tmp_path / "bad.yaml", gcp_pool("t4", zone="nowhere"))
+    result = dry_run(tmp_path, config=bad)
+    assert result.returncode == 2
+    assert "pool 't4'" in result.stderr and "provider.zone" in result.stderr
+    assert "cannot be deployed" in result.stderr
+    assert result.commands == []
+
+
+def test_a_config_without_gcp_pools_is_refused(tmp_path: Path) -> None:
+    result = dry_run(tmp_path, config=ROOT / "infra" / "aws" / "dynagent.example.yaml")
+    assert result.returncode == 2
+    assert "no pool has provider type gcp" in result.stderr
+
+
+def test_the_zone_guard_names_the_pool_outside_it(tmp_path: Path) -> None:
+    result = dry_run(tmp_path, "--zone", "us-central1-a")
+    assert result.returncode == 2
+    assert "pool l4-spot is in zone us-central1-b" in result.stderr
+    assert dry_run(tmp_path, "--zone", "us-central1-a,us-central1-b").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--region", REGION, "--config", str(EXAMPLE)], "--project is required"),
+        (["--project", PROJECT, "--config", str(EXAMPLE)], "--region is required"),
+        (["--project", PROJECT, "--region", REGION], "--config is required"),
+        (["--project", "Bad_Project", "--region", REGION, "--config", str(EXAMPLE)], "project"),
+        (["--project", PROJECT, "--region", REGION, "--config", "/nonexistent.yaml"], "not found"),
+        (["--bogus"], "unknown argument: --bogus"),
+    ],
+)
+def test_missing_or_bad_inputs_are_refused(tmp_path: Path, args: list[str], message: str) -> None:
+    marker = tmp_path / "gcloud-was-called"
+    result = deploy(script_env(tmp_path, FAILING_GCLOUD.format(marker=marker)), *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not marker.exists()
+
+
+def test_inputs_may_come_from_the_environment(tmp_path: Path) -> None:
+    marker = tmp_path / "gcloud-was-called"
+    env = script_env(
+        tmp_path,
+        FAILING_GCLOUD.format(marker=marker),
+        DYNAGENT_PROJECT=PROJECT,
+        DYNAGENT_REGION=REGION,
+        DYNAGENT_CONFIG_FILE=str(EXAMPLE),
+        DYNAGENT_NAME="from-env",
+    )
+    result = deploy(env)
+    assert result.returncode == 0, result.stderr
+    assert result.one("iam", "service-accounts", "create")[4] == "from-env-fn"
+
+
+# --------------------------------------------------------------------------------------
+# Without --dry-run, against a recording fake gcloud
+# --------------------------------------------------------------------------------------
+
+
+def _recording_gcloud() -> str:
+    return RECORDING_GCLOUD.format(
+        python=sys.executable,
+        trigger=FAKE_TRIGGER,
+        subscription=FAKE_SUBSCRIPTION,
+        number=FAKE_PROJECT_NUMBER,
+    )
+
+
+def _calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def real_run(tmp_path: Path, *, exists: bool, expression: str = "") -> list[list[str]]:
+    tmp_path = tmp_path / "real"
+    tmp_path.mkdir()
+    log = tmp_path / "calls.jsonl"
+    expression_file = tmp_path / "expression"
+    expression_file.write_text(expression)
+    env = script_env(
+        tmp_path,
+        _recording_gcloud(),
+        FAKE_GCLOUD_LOG=str(log),
+        FAKE_GCLOUD_EXISTS="1" if exists else "0",
+        FAKE_GCLOUD_EXPRESSION=str(expression_file),
+    )
+    result = deploy(
+        env, "--project", PROJECT, "--region", REGION, "--config", str(EXAMPLE), dry_run=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert not list((tmp_path / "work").iterdir()), "the staging directory was left behind"
+    return _calls(log)
+
+
+LOOKUPS = ("describe", "get-iam-policy")
+# The staging directory a run makes (its name is random), wherever a word mentions it.
+WORK_DIR = re.compile(r"[^\s=]*/dynagent-gcp-dynagent\.\w+")
+
+
+def _changes(calls: list[list[str]]) -> list[list[str]]:
+    """The calls that change something, with the temporary paths made comparable."""
+    changes = []
+    for call in calls:
+        if call[1] in LOOKUPS or call[2] in LOOKUPS:
+            continue
+        changes.append([WORK_DIR.sub("WORK", word) for word in call])
+    return changes
+
+
+def test_a_first_deployment_runs_what_the_dry_run_prints(printed: Run, tmp_path: Path) -> None:
+    calls = real_run(tmp_path, exists=False)
+    values = {
+        "${TRIGGER}": FAKE_TRIGGER,
+        "${SUBSCRIPTION}": FAKE_SUBSCRIPTION,
+        "${PROJECT_NUMBER}": FAKE_PROJECT_NUMBER,
+    }
+    expected = [
+        [WORK_DIR.sub("WORK", _substitute(word, values)) for word in command[1:]]
+        for command in printed.commands
+    ]
+    assert _changes(calls) == expected
+    # It looked before creating each topic, the subscription, the account and the role.
+    described = [c[:3] for c in calls if "describe" in c[:4]]
+    assert ["pubsub", "topics", "describe"] in described
+    assert ["iam", "roles", "describe"] in described
+
+
+def test_a_second_deployment_creates_nothing_and_updates_in_place(
+    printed: Run, tmp_path: Path
+) -> None:
+    binding = printed.one("projects", "add-iam-policy-binding")
+    condition = json.loads(Path(flags(binding)["condition-from-file"]).read_text())
+    changes = _changes(real_run(tmp_path, exists=True, expression=condition["expression"]))
+
+    verbs = {" ".join(call[:3]) for call in changes}
+    assert not [call for call in changes if "create" in call[:4]], changes
+    assert "iam roles update" in verbs
+    assert "scheduler jobs update" in verbs
+    assert "functions deploy dynagent-reconcile" in verbs  # a deploy always ships the code
+    # The role binding already has this condition: it is neither removed nor re-added.
+    assert not [c for c in changes if c[:2] == ["projects", "add-iam-policy-binding"]]
+    assert not [c for c in changes if c[:2] == ["projects", "remove-iam-policy-binding"]]
+
+
+def test_a_binding_with_a_stale_condition_is_replaced(tmp_path: Path) -> None:
+    changes = _changes(real_run(tmp_path, exists=True, expression="resource.name == 'old'"))
+    project_bindings = [c[:2] for c in changes if c[0] == "projects"]
+    assert project_bindings == [
+        ["projects", "remove-iam-policy-binding"],
+        ["projects", "add-iam-policy-binding"],
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# Lint, where shellcheck is installed
+# --------------------------------------------------------------------------------------
+
+
+def test_shellcheck_finds_nothing() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    done = subprocess.run([shellcheck, str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout
+
+
+def test_requirements_are_the_gcp_extra_and_the_core_dependencies() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = set(project["dependencies"]) | set(project["optional-dependencies"]["gcp"])
+    lines = (INFRA / "requirements.txt").read_text().splitlines()
+    assert {line for line in lines if line and not line.startswith("#")} == wanted
