@@ -17,25 +17,46 @@ MESSAGE_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 
 def cloud_event(received: Any, topic: str, subscription: str) -> Any:
     """The CloudEvent Eventarc would deliver for one received Pub/Sub message."""
+    message = received.message
+    return message_event(
+        message.data,
+        topic,
+        subscription,
+        message_id=message.message_id,
+        attributes=dict(message.attributes),
+        ordering_key=message.ordering_key,
+        published=message.publish_time.isoformat(),
+    )
+
+
+def message_event(
+    data: bytes,
+    topic: str,
+    subscription: str,
+    message_id: str = "1",
+    attributes: dict[str, str] | None = None,
+    ordering_key: str = "",
+    published: str = "2026-11-21T23:00:00Z",
+) -> Any:
+    """The CloudEvent of a Pub/Sub message with these fields."""
     from cloudevents.http import CloudEvent
 
-    message = received.message
-    data = {
+    payload = {
         "message": {
-            "data": base64.b64encode(message.data).decode(),
-            "attributes": dict(message.attributes),
-            "messageId": message.message_id,
-            "orderingKey": message.ordering_key,
-            "publishTime": message.publish_time.isoformat(),
+            "data": base64.b64encode(data).decode(),
+            "attributes": attributes or {},
+            "messageId": message_id,
+            "orderingKey": ordering_key,
+            "publishTime": published,
         },
         "subscription": subscription,
     }
-    attributes = {
+    headers = {
         "type": MESSAGE_PUBLISHED,
         "source": f"//pubsub.googleapis.com/{topic}",
-        "id": message.message_id,
+        "id": message_id,
     }
-    return CloudEvent(attributes, data)
+    return CloudEvent(headers, payload)
 
 
 def deliver_pulled(
