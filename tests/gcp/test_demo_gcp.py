@@ -1,0 +1,32 @@
+"""``dynagent demo --cloud gcp``: the same day on the Compute fake and the Pub/Sub emulator."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from dynagent.demo.run import run_demo
+from dynagent.local import pubsub
+
+from . import emulators
+
+
+def test_the_gcp_demo_tells_the_same_story(pytestconfig: pytest.Config) -> None:
+    emulators.require(pubsub.available())
+    out = io.StringIO()
+    assert run_demo(out=out, cloud="gcp") == 0
+    text = out.getvalue()
+
+    assert "Pub/Sub emulator on 127.0.0.1:" in text
+    assert "reconcile launch 1 instance: pending tasks: trial-1" in text
+    assert re.search(r"agent +det-agent-gpu-t4-\S+ registered", text)
+    assert "unschedulable trial-odd (6 slots)" in text
+    assert "never registered (max_agent_starting_period 10m)" in text
+    assert "dead-letter topic: version 9 is not one this function knows" in text
+    assert re.search(r"sweep +terminate det-agent-gpu-t4-\S+: idle for 10m", text)
+    table = text.split("Fleet at the end")[1].split("Dead letters")[0]
+    rows = [line for line in table.splitlines() if line.strip().startswith("det-agent-")]
+    assert len(rows) == 5 and all(" deleted " in row for row in rows)
+    assert text.rstrip().endswith("local GCP stopped.")
