@@ -45,7 +45,6 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any, Final, NamedTuple, Self, cast
 from urllib.parse import parse_qs
 
@@ -64,9 +63,9 @@ from moto.moto_server.werkzeug_app import (
     MotoRequestHandler,
     create_backend_app,
 )
-from werkzeug.serving import BaseWSGIServer, make_server
 
-LOOPBACK: Final = "127.0.0.1"
+from dynagent.local.loopback import LOOPBACK, LoopbackServer, QuietHandler, Service
+
 DEFAULT_REGION: Final = "us-west-2"
 DUMMY_ACCESS_KEY_ID: Final = "testing"
 DUMMY_SECRET_ACCESS_KEY: Final = "testing"
@@ -76,9 +75,6 @@ CLIENT_TOKEN_MAX_CHARS: Final = 64
 
 # Each LocalAws gets its own moto account; these never collide with moto's default one.
 _ACCOUNT_IDS = itertools.count(100_000_000_001)
-
-# serve_forever() checks for shutdown this often: it bounds how long stop() takes.
-_POLL_SECONDS: Final = 0.05
 
 
 # --------------------------------------------------------------------------------------
@@ -166,12 +162,9 @@ class _AccountStampingRecorder:
         return self._app(environ, start_response)
 
 
-class _QuietHandler(MotoRequestHandler):
+class _QuietHandler(MotoRequestHandler, QuietHandler):
     """moto's request handler without werkzeug's access log line per request on stderr:
     it would drown the demo's output, and ``LocalAws.calls()`` records the requests."""
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass
 
 
 # --------------------------------------------------------------------------------------
@@ -656,7 +649,7 @@ def _release(account_id: str) -> None:
 # --------------------------------------------------------------------------------------
 
 
-class LocalAws:
+class LocalAws(Service):
     """moto's server on 127.0.0.1 (an OS-chosen port) with EC2's behaviours we depend on.
 
     Use it as a context manager, or call start() and stop(). It sets nothing in
@@ -671,8 +664,7 @@ class LocalAws:
         self._defaults = _Knobs(fulfil_spot_requests=fulfil_spot_requests)
         self._knobs = _Knobs(fulfil_spot_requests=fulfil_spot_requests)
         self._calls = _CallLog()
-        self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: LoopbackServer | None = None
         self._session: boto3.session.Session | None = None
         self._session_lock = threading.Lock()
 
@@ -690,43 +682,21 @@ class LocalAws:
         try:
             app = DomainDispatcherApplication(create_backend_app)
             wrapped = _AccountStampingRecorder(app, self._account_id, self._calls)
-            server = make_server(LOOPBACK, 0, wrapped, threaded=True, request_handler=_QuietHandler)
+            self._server = LoopbackServer(wrapped, "local-aws", handler=_QuietHandler)
         except BaseException:
             _release(self._account_id)
             raise
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": _POLL_SECONDS},
-            name=f"local-aws:{self.port}",
-            daemon=True,  # never keep a test run alive; stop() still joins it
-        )
-        self._thread.start()
         return self
 
     def stop(self) -> None:
         """Stop serving, close the listening socket, join the thread. Safe to repeat."""
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
+        server, self._server = self._server, None
+        if server is None:
             return
-        self._server = self._thread = None
         try:
-            server.shutdown()
-            server.server_close()  # shutdown() alone leaves the port bound
-            thread.join()
+            server.close()
         finally:
             _release(self._account_id)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def running(self) -> bool:
@@ -752,8 +722,7 @@ class LocalAws:
         """The (host, port) the listening socket is bound to, as the OS reports it."""
         if self._server is None:
             raise RuntimeError("LocalAws is not running")
-        host, port = self._server.socket.getsockname()[:2]
-        return str(host), int(port)
+        return self._server.address
 
     @property
     def endpoint_url(self) -> str:

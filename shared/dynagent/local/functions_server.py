@@ -26,10 +26,10 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Final, Self
 
-LOOPBACK: Final = "127.0.0.1"
+from dynagent.local.loopback import LOOPBACK, Service
+
 # Polling period while waiting for a server to answer or a process group to empty.
 _POLL_SECONDS: Final = 0.05
 _TAIL_LINES: Final = 40
@@ -196,7 +196,7 @@ def answers_http(host: str, port: int, path: str = "/") -> bool:
     return True
 
 
-class FunctionServer:
+class FunctionServer(Service):
     """A Cloud Function served by the real functions-framework on 127.0.0.1.
 
     ``env`` is added to this process's environment for the function. The framework's
@@ -311,14 +311,3 @@ class FunctionServer:
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

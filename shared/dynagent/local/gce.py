@@ -66,18 +66,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from importlib import resources
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Self
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
+
+from dynagent.local.loopback import LOOPBACK, LoopbackServer, Service
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-LOOPBACK: Final = "127.0.0.1"
 DEFAULT_PROJECT: Final = "local-project"
 DEFAULT_ZONE: Final = "us-central1-a"
 # The real API writes links under this root whatever endpoint was called; so do we.
@@ -91,8 +90,6 @@ MAX_METADATA_TOTAL_BYTES: Final = 512 * 1024
 _PATH_PREFIX: Final = "/compute/v1/projects/<project>/zones/<zone>"
 # The real API stamps times in US Pacific time, with an offset: parsers must not assume Z.
 _API_TZ: Final = timezone(timedelta(hours=-7))
-# serve_forever() checks for shutdown this often: it bounds how long stop() takes.
-_POLL_SECONDS: Final = 0.05
 
 _NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
 _NAME_RULE: Final = "Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'"
@@ -1290,14 +1287,6 @@ class _ComputeApp:
         return _json_response(200, payload)
 
 
-class _QuietHandler(WSGIRequestHandler):
-    """werkzeug's handler without an access-log line per request on stderr: it would
-    drown the demo's output, and ``LocalCompute.calls()`` records the requests."""
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass
-
-
 def poll_operations_with(instances_client: Any, zone_operations_client: Any) -> None:
     """Make the ExtendedOperations of ``instances_client`` poll through
     ``zone_operations_client``. The transport otherwise builds its own operations client
@@ -1317,7 +1306,7 @@ def poll_operations_with(instances_client: Any, zone_operations_client: Any) -> 
 # --------------------------------------------------------------------------------------
 
 
-class LocalCompute:
+class LocalCompute(Service):
     """The fake Compute Engine API on 127.0.0.1, an OS-chosen port.
 
     Use it as a context manager, or call start() and stop(). It sets nothing in
@@ -1332,8 +1321,7 @@ class LocalCompute:
         self._zone = zone
         self._compute = FakeCompute()
         self._calls = _CallLog()
-        self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: LoopbackServer | None = None
 
     # -- life cycle -----------------------------------------------------------------
 
@@ -1341,38 +1329,14 @@ class LocalCompute:
         if self._server is not None:
             raise RuntimeError("this LocalCompute is already running")
         _discovery()  # fail here, not on the first request, if the document is missing
-        app = _ComputeApp(self._compute, self._calls)
-        server = make_server(LOOPBACK, 0, app, threaded=True, request_handler=_QuietHandler)
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": _POLL_SECONDS},
-            name=f"local-compute:{self.port}",
-            daemon=True,  # never keep a test run alive; stop() still joins it
-        )
-        self._thread.start()
+        self._server = LoopbackServer(_ComputeApp(self._compute, self._calls), "local-compute")
         return self
 
     def stop(self) -> None:
         """Stop serving, close the listening socket, join the thread. Safe to repeat."""
-        server, thread = self._server, self._thread
-        if server is None or thread is None:
-            return
-        self._server = self._thread = None
-        server.shutdown()
-        server.server_close()  # shutdown() alone leaves the port bound
-        thread.join()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
 
     @property
     def running(self) -> bool:
@@ -1393,8 +1357,7 @@ class LocalCompute:
         """The (host, port) the listening socket is bound to, as the OS reports it."""
         if self._server is None:
             raise RuntimeError("LocalCompute is not running")
-        host, port = self._server.socket.getsockname()[:2]
-        return str(host), int(port)
+        return self._server.address
 
     @property
     def port(self) -> int:

@@ -26,10 +26,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Self
 
-from dynagent.local.functions_server import LOOPBACK, ServerProcess, free_port
+from dynagent.local.functions_server import ServerProcess, free_port
+from dynagent.local.loopback import LOOPBACK, Service
 
 DEFAULT_PROJECT: Final = "dynagent-local"
 EMULATOR_HOST_ENV: Final = "PUBSUB_EMULATOR_HOST"
@@ -88,7 +88,7 @@ def emulator_command(port: int, data_dir: Path, *, via_gcloud: bool = False) -> 
     return [str(root / LAUNCHER), f"--host={LOOPBACK}", f"--port={port}"]
 
 
-class PubSubEmulator:
+class PubSubEmulator(Service):
     """The Pub/Sub emulator on 127.0.0.1, as a context manager or with start()/stop().
 
     One emulator holds any number of projects; ``project`` is the one ``env()`` names and
@@ -170,17 +170,6 @@ class PubSubEmulator:
 
     def output(self) -> str:
         return self._server.output_tail(lines=10_000) if self._server else ""
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- where it is ---------------------------------------------------------------------
 

@@ -1,0 +1,80 @@
+"""What the local servers share: a WSGI app on 127.0.0.1 in a thread, and start/stop use.
+
+Servers that tests start listen on loopback only, on a port the OS picks, and whoever
+starts one stops it: ``close()`` shuts it down, closes the socket and joins the thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from types import TracebackType
+from typing import Any, Final, Self
+
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+LOOPBACK: Final = "127.0.0.1"
+# serve_forever() checks for shutdown this often: it bounds how long close() takes.
+_POLL_SECONDS: Final = 0.05
+
+
+class QuietHandler(WSGIRequestHandler):
+    """werkzeug's handler without an access-log line per request on stderr: it would
+    drown the demo's output, and the local servers record their calls themselves."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
+class LoopbackServer:
+    """``app`` served on 127.0.0.1, an OS-chosen port, from a daemon thread."""
+
+    def __init__(
+        self, app: Any, name: str, handler: type[WSGIRequestHandler] = QuietHandler
+    ) -> None:
+        self._server: BaseWSGIServer = make_server(
+            LOOPBACK, 0, app, threaded=True, request_handler=handler
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": _POLL_SECONDS},
+            name=f"{name}:{self.port}",
+            daemon=True,  # never keep a test run alive; close() still joins it
+        )
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The (host, port) the listening socket is bound to, as the OS reports it."""
+        host, port = self._server.socket.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()  # shutdown() alone leaves the port bound
+        self._thread.join()
+
+
+class Service(ABC):
+    """Something local to start and stop, usable as a context manager."""
+
+    @abstractmethod
+    def start(self) -> Self: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
