@@ -64,7 +64,7 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 
-from dynagent.local.loopback import LOOPBACK, LoopbackServer, QuietHandler, Service
+from dynagent.local.loopback import LOOPBACK, CallLog, LoopbackServer, QuietHandler, Service
 
 DEFAULT_REGION: Final = "us-west-2"
 DUMMY_ACCESS_KEY_ID: Final = "testing"
@@ -87,26 +87,6 @@ class ApiCall(NamedTuple):
 
     service: str
     action: str
-
-
-class _CallLog:
-    """An ordered, thread-safe record of calls: the server handles requests on many threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls: list[ApiCall] = []
-
-    def record(self, call: ApiCall) -> None:
-        with self._lock:
-            self._calls.append(call)
-
-    def snapshot(self) -> list[ApiCall]:
-        with self._lock:
-            return list(self._calls)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._calls.clear()
 
 
 def _signing_service(authorization: str) -> str:
@@ -145,7 +125,7 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 class _AccountStampingRecorder:
     """WSGI middleware: pins every request to this server's moto account and records it."""
 
-    def __init__(self, app: WsgiApp, account_id: str, log: _CallLog) -> None:
+    def __init__(self, app: WsgiApp, account_id: str, log: CallLog[ApiCall]) -> None:
         self._app = app
         self._account_id = account_id
         self._log = log
@@ -663,7 +643,7 @@ class LocalAws(Service):
         self._account_id = f"{next(_ACCOUNT_IDS):012d}"
         self._defaults = _Knobs(fulfil_spot_requests=fulfil_spot_requests)
         self._knobs = _Knobs(fulfil_spot_requests=fulfil_spot_requests)
-        self._calls = _CallLog()
+        self._calls = CallLog[ApiCall]()
         self._server: LoopbackServer | None = None
         self._session: boto3.session.Session | None = None
         self._session_lock = threading.Lock()

@@ -72,7 +72,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from dynagent.local.loopback import LOOPBACK, LoopbackServer, Service
+from dynagent.local.loopback import LOOPBACK, CallLog, LoopbackServer, Service
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -1206,26 +1206,6 @@ class ApiCall(NamedTuple):
     operation: str
 
 
-class _CallLog:
-    """An ordered, thread-safe record of calls: the server handles requests on many threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls: list[ApiCall] = []
-
-    def record(self, call: ApiCall) -> None:
-        with self._lock:
-            self._calls.append(call)
-
-    def snapshot(self) -> list[ApiCall]:
-        with self._lock:
-            return list(self._calls)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._calls.clear()
-
-
 def _json_response(code: int, payload: JsonObject) -> Response:
     return Response(
         json.dumps(payload), status=code, content_type="application/json; charset=UTF-8"
@@ -1259,7 +1239,7 @@ def _parse(api_method: str, args: Mapping[str, Any], request: Request) -> ApiReq
 class _ComputeApp:
     """The WSGI app: route, record, parse and check, then let the fake answer."""
 
-    def __init__(self, compute: FakeCompute, log: _CallLog) -> None:
+    def __init__(self, compute: FakeCompute, log: CallLog[ApiCall]) -> None:
         self._compute = compute
         self._log = log
 
@@ -1320,7 +1300,7 @@ class LocalCompute(Service):
         self._project = project
         self._zone = zone
         self._compute = FakeCompute()
-        self._calls = _CallLog()
+        self._calls = CallLog[ApiCall]()
         self._server: LoopbackServer | None = None
 
     # -- life cycle -----------------------------------------------------------------

@@ -9,13 +9,36 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Generic, Self, TypeVar
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 LOOPBACK: Final = "127.0.0.1"
 # serve_forever() checks for shutdown this often: it bounds how long close() takes.
 _POLL_SECONDS: Final = 0.05
+
+
+Call = TypeVar("Call")
+
+
+class CallLog(Generic[Call]):
+    """An ordered, thread-safe record of calls: a server handles requests on many threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: list[Call] = []
+
+    def record(self, call: Call) -> None:
+        with self._lock:
+            self._calls.append(call)
+
+    def snapshot(self) -> list[Call]:
+        with self._lock:
+            return list(self._calls)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._calls.clear()
 
 
 class QuietHandler(WSGIRequestHandler):
