@@ -377,7 +377,10 @@ stage_source() {
   else
     die "functions/gcp/*.py not found: nothing to deploy"
   fi
-  (cd "$ROOT/shared" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - dynagent) |
+  # Only what runs in a Cloud Function: not the AWS adapter, local clouds, demo, simulator.
+  (cd "$ROOT/shared" && tar --exclude=__pycache__ --exclude='*.pyc' \
+    --exclude=dynagent/aws --exclude=dynagent/local --exclude=dynagent/demo \
+    --exclude=dynagent/simulate -cf - dynagent) |
     (cd "$SOURCE" && tar -xf -)
   cp "$HERE/requirements.txt" "$SOURCE/requirements.txt"
   cp "$CONFIG" "$SOURCE/dynagent.yaml"
