@@ -7,13 +7,15 @@ says why.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from dynagent.config import Pool, ProviderConfig, Settings
 from dynagent.durations import format_duration
-from dynagent.fleet import Fleet, Instance, Mark, RequestState, SpotRequest
+from dynagent.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
 from dynagent.packing import Demand, pack
 from dynagent.plan import (
     Adoption,
@@ -24,6 +26,9 @@ from dynagent.plan import (
     Termination,
 )
 from dynagent.snapshot import Agent, Snapshot
+
+_ID = operator.attrgetter("id")
+_STATE = operator.attrgetter("state")
 
 # Spot request status codes that will not turn into an instance by waiting.
 UNFULFILLABLE_SPOT_STATUSES = frozenset(
@@ -38,7 +43,13 @@ UNFULFILLABLE_SPOT_STATUSES = frozenset(
 
 @dataclass
 class _Context:
-    """One decision's inputs, and the removals chosen so far."""
+    """One decision's inputs, and the removals chosen so far.
+
+    A large pool has tens of thousands of instances, so what the rules ask of the whole
+    fleet is kept here instead of counted again: each instance's agent, and how many
+    live instances are kept (not terminated by this plan). Instance ids are unique
+    within a fleet, as the clouds make them.
+    """
 
     pool: Pool
     fleet: Fleet
@@ -49,24 +60,62 @@ class _Context:
     terminations: dict[str, str] = field(default_factory=dict)
     cancellations: dict[str, str] = field(default_factory=dict)
     adoptions: list[Adoption] = field(default_factory=list)
+    kept_count: int = 0
+    # Each instance's agent, in fleet order (None: not connected), looked up once.
+    connected: list[Agent | None] = field(init=False)
+    # When the snapshot saw what it says (never later than now).
+    seen_at: datetime = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.seen_at = min(self.snapshot.time, self.now) if self.snapshot else self.now
+        instances = self.fleet.instances
+        if self.snapshot:
+            self.agents = {agent.id: agent for agent in self.snapshot.agents}
+        # map and count loop in C: they touch every instance.
+        self.connected = list(map(self.agents.get, map(_ID, instances)))
+        states = list(map(_STATE, instances))
+        self.kept_count = states.count(InstanceState.STARTING) + states.count(InstanceState.RUNNING)
+
+    @functools.cached_property
+    def by_id(self) -> dict[str, Instance]:
+        """The managed instances by id; built when first needed, which a pass with no
+        removal and no spot request never does."""
+        return {instance.id: instance for instance in self.fleet.instances}
 
     @property
     def provider(self) -> ProviderConfig:
         return self.pool.provider
 
-    @property
-    def seen_at(self) -> datetime:
-        """When the snapshot saw what it says (never later than now)."""
-        return min(self.snapshot.time, self.now) if self.snapshot else self.now
-
     def terminate(self, instance_id: str, reason: str) -> None:
-        self.terminations.setdefault(instance_id, reason)
+        if instance_id in self.terminations:
+            return
+        self.terminations[instance_id] = reason
+        instance = self.by_id.get(instance_id)
+        if instance is not None and instance.live:
+            self.kept_count -= 1
 
     def cancel(self, request_id: str, reason: str) -> None:
         self.cancellations.setdefault(request_id, reason)
 
     def kept(self, instance: Instance) -> bool:
         return instance.live and instance.id not in self.terminations
+
+
+@dataclass
+class _Survey:
+    """What one walk over the fleet found for the rules that come after the review.
+
+    Every instance is visited once, in fleet order; the rules then work on these few.
+    Each entry is of an instance kept by the review: later rules may still remove it,
+    so its users check ``ctx.terminations`` again.
+    """
+
+    # (idle since, instance id): idle for max_idle_agent_period or longer.
+    idle: list[tuple[datetime, str]] = field(default_factory=list)
+    # Live, not connected and never registered: capacity on its way.
+    starting: list[str] = field(default_factory=list)
+    # (instance id, its mark changes), for instances whose marks the snapshot changes.
+    marks: list[tuple[str, list[tuple[Mark, datetime | None, str]]]] = field(default_factory=list)
 
 
 def decide(
@@ -78,13 +127,11 @@ def decide(
 ) -> Plan:
     """What to do to ``pool`` now, given what the cloud shows and the master said."""
     ctx = _Context(pool, fleet, snapshot, now, settings or Settings())
-    if snapshot:
-        ctx.agents = {agent.id: agent for agent in snapshot.agents}
     _review_spot_requests(ctx)
-    _review_instances(ctx)
-    _reap_idle(ctx)
+    survey = _walk_fleet(ctx)
+    _reap_idle(ctx, survey.idle)
     _trim_to_max(ctx)
-    launches, demand = _launches(ctx)
+    launches, demand = _launches(ctx, survey.starting)
     provider = ctx.provider
     return Plan(
         pool=pool.name,
@@ -95,7 +142,7 @@ def decide(
         cancellations=tuple(Cancellation(i, r) for i, r in ctx.cancellations.items()),
         # Adopted before terminated: the managed tags are what allow the terminate.
         adoptions=tuple(ctx.adoptions),
-        marks=_mark_writes(ctx),
+        marks=_mark_writes(ctx, survey.marks),
         unschedulable=tuple(demand.unschedulable),
         waiting=tuple(
             f"{task.task} ({task.slots} slots): pool is at max_instances ({provider.max_instances})"
@@ -104,14 +151,14 @@ def decide(
     )
 
 
-def _launches(ctx: _Context) -> tuple[tuple[Launch, ...], Demand]:
+def _launches(ctx: _Context, starting: list[str]) -> tuple[tuple[Launch, ...], Demand]:
     """New instances for pending tasks, then up to min_instances."""
     provider = ctx.provider
     live = _live_count(ctx)
     demand = pack(
         ctx.snapshot.pending if ctx.snapshot else (),
         provider.slots_per_instance,
-        _arriving_count(ctx),
+        _arriving_count(ctx, starting),
         room=max(0, provider.max_instances - live),
         max_instances=provider.max_instances,
     )
@@ -134,7 +181,7 @@ def _launch_key(pool: str, snapshot: Snapshot | None, now: datetime) -> str:
 
 
 def _review_spot_requests(ctx: _Context) -> None:
-    managed = {instance.id for instance in ctx.fleet.instances}
+    managed = ctx.by_id
     for request in ctx.fleet.spot_requests:
         if request.state is RequestState.CANCELLED_INSTANCE_RUNNING and request.instance_id:
             if request.instance_id not in managed:
@@ -168,33 +215,59 @@ def _stale_request_reason(ctx: _Context, request: SpotRequest) -> str | None:
     return None
 
 
-def _review_instances(ctx: _Context) -> None:
-    """Stopped, never registered, and disconnected too long: terminate."""
-    provider = ctx.provider
-    for instance in ctx.fleet.instances:
+def _walk_fleet(ctx: _Context) -> _Survey:
+    """Review each instance (stopped, never registered, disconnected too long: terminate)
+    and note what the later rules need of those it keeps."""
+    survey = _Survey()
+    # since <= now - period is now - since >= period, with one subtraction per pass.
+    cutoff = ctx.now - ctx.provider.max_idle_agent_period
+    terminations, with_snapshot = ctx.terminations, ctx.snapshot is not None
+    for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
         if not instance.live:
             ctx.terminate(instance.id, f"instance is {instance.state.value}")
             continue
-        if instance.id in ctx.agents:
+        if agent is None:
+            _review_absent(ctx, instance)
+        if instance.id in terminations:
             continue
-        if instance.registered_at is None:
-            starting_for = ctx.now - instance.launched_at
-            limit = provider.max_agent_starting_period
-            if starting_for >= limit:
-                ctx.terminate(
-                    instance.id,
-                    f"launched {format_duration(starting_for)} ago and never registered "
-                    f"(max_agent_starting_period {format_duration(limit)})",
-                )
-            continue
-        since = _disconnected_since(ctx, instance)
-        limit = provider.max_disconnected_period
-        if since is not None and ctx.now - since >= limit:
+        marked = False
+        if agent is not None:
+            marked = _marks_say(instance.marks, agent)
+            if marked and agent.used_slots:
+                continue  # busy, and its marks say so: the common case, nothing to note
+        since = _idle_since(ctx, instance, agent)
+        if since is not None and since <= cutoff:
+            survey.idle.append((since, instance.id))
+        if agent is None and instance.registered_at is None:
+            survey.starting.append(instance.id)
+        if with_snapshot and not marked:
+            changes = _mark_changes(instance, agent, ctx.seen_at)
+            if changes:
+                survey.marks.append((instance.id, changes))
+    return survey
+
+
+def _review_absent(ctx: _Context, instance: Instance) -> None:
+    """A live instance with no agent in the snapshot: still starting, or gone too long."""
+    provider = ctx.provider
+    if instance.registered_at is None:
+        starting_for = ctx.now - instance.launched_at
+        limit = provider.max_agent_starting_period
+        if starting_for >= limit:
             ctx.terminate(
                 instance.id,
-                f"registered agent missing from snapshots for {format_duration(ctx.now - since)} "
-                f"(max_disconnected_period {format_duration(limit)})",
+                f"launched {format_duration(starting_for)} ago and never registered "
+                f"(max_agent_starting_period {format_duration(limit)})",
             )
+        return
+    since = _disconnected_since(ctx, instance)
+    limit = provider.max_disconnected_period
+    if since is not None and ctx.now - since >= limit:
+        ctx.terminate(
+            instance.id,
+            f"registered agent missing from snapshots for {format_duration(ctx.now - since)} "
+            f"(max_disconnected_period {format_duration(limit)})",
+        )
 
 
 def _disconnected_since(ctx: _Context, instance: Instance) -> datetime | None:
@@ -203,9 +276,8 @@ def _disconnected_since(ctx: _Context, instance: Instance) -> datetime | None:
     return ctx.seen_at if ctx.snapshot else None
 
 
-def _idle_since(ctx: _Context, instance: Instance) -> datetime | None:
+def _idle_since(ctx: _Context, instance: Instance, agent: Agent | None) -> datetime | None:
     """When the agent went idle: from the snapshot if connected, else from its mark."""
-    agent = ctx.agents.get(instance.id)
     if agent is not None:
         return (instance.idle_since or ctx.seen_at) if agent.idle else None
     if ctx.snapshot or instance.disconnected_since is not None:
@@ -213,15 +285,10 @@ def _idle_since(ctx: _Context, instance: Instance) -> datetime | None:
     return instance.idle_since
 
 
-def _reap_idle(ctx: _Context) -> None:
+def _reap_idle(ctx: _Context, idle: list[tuple[datetime, str]]) -> None:
     """Terminate agents idle past max_idle_agent_period, oldest idle first, not below min."""
     provider = ctx.provider
     limit = provider.max_idle_agent_period
-    idle = []
-    for instance in ctx.fleet.instances:
-        since = _idle_since(ctx, instance) if ctx.kept(instance) else None
-        if since is not None and ctx.now - since >= limit:
-            idle.append((since, instance.id))
     live = _live_count(ctx)
     for since, instance_id in sorted(idle):
         if live <= provider.min_instances:
@@ -258,7 +325,7 @@ def _trim_to_max(ctx: _Context) -> None:
 
 
 def _trim_rank(ctx: _Context, instance: Instance) -> tuple[int, float]:
-    idle_since = _idle_since(ctx, instance)
+    idle_since = _idle_since(ctx, instance, ctx.agents.get(instance.id))
     if idle_since is not None:
         return (0, idle_since.timestamp())  # oldest idle first
     if instance.registered_at is None and instance.id not in ctx.agents:
@@ -275,39 +342,44 @@ def _request_is_capacity(ctx: _Context, request: SpotRequest) -> bool:
     return (
         request.state is RequestState.ACTIVE
         and request.instance_id is not None
-        and ctx.fleet.instance(request.instance_id) is None
+        and request.instance_id not in ctx.by_id
         and request.instance_id not in ctx.terminations
     )
 
 
 def _live_count(ctx: _Context) -> int:
     """Instances and requests that are or will become agents, after this plan's removals."""
-    instances = sum(1 for i in ctx.fleet.instances if ctx.kept(i))
+    requests = ctx.fleet.spot_requests
+    return ctx.kept_count + sum(1 for r in requests if _request_is_capacity(ctx, r))
+
+
+def _arriving_count(ctx: _Context, starting: list[str]) -> int:
+    """Capacity on its way: live instances not registered yet, and spot requests."""
+    instances = sum(1 for instance_id in starting if instance_id not in ctx.terminations)
     return instances + sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
 
 
-def _arriving_count(ctx: _Context) -> int:
-    """Capacity on its way: live instances not registered yet, and spot requests."""
-    starting = sum(
-        1
-        for i in ctx.fleet.instances
-        if ctx.kept(i) and i.registered_at is None and i.id not in ctx.agents
-    )
-    return starting + sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
-
-
-def _mark_writes(ctx: _Context) -> tuple[MarkWrite, ...]:
+def _mark_writes(
+    ctx: _Context, changes: list[tuple[str, list[tuple[Mark, datetime | None, str]]]]
+) -> tuple[MarkWrite, ...]:
     """What the snapshot taught about each instance, grouped into one write per value."""
-    if ctx.snapshot is None:
-        return ()
     groups: dict[tuple[Mark, datetime | None, str], list[str]] = defaultdict(list)
-    for instance in ctx.fleet.instances:
-        if not ctx.kept(instance):
+    for instance_id, instance_changes in changes:
+        if instance_id in ctx.terminations:
             continue
-        for change in _mark_changes(instance, ctx.agents.get(instance.id), ctx.seen_at):
-            groups[change].append(instance.id)
+        for change in instance_changes:
+            groups[change].append(instance_id)
     return tuple(
         MarkWrite(mark, value, tuple(ids), reason) for (mark, value, reason), ids in groups.items()
+    )
+
+
+def _marks_say(marks: dict[Mark, datetime], agent: Agent) -> bool:
+    """Whether a connected agent's marks already say what the snapshot does about it."""
+    return (
+        Mark.REGISTERED in marks
+        and Mark.DISCONNECTED_SINCE not in marks
+        and (Mark.IDLE_SINCE in marks) == (agent.used_slots == 0)
     )
 
 

@@ -7,11 +7,14 @@ one instance takes whole, empty instances when its slots are an exact multiple.
 
 from __future__ import annotations
 
-import heapq
+import itertools
+import operator
 from dataclasses import dataclass, field
 
 from dynagent.plan import Unschedulable
 from dynagent.snapshot import PendingTask
+
+_SLOTS = operator.attrgetter("slots")
 
 
 @dataclass
@@ -23,56 +26,22 @@ class Demand:
 
 
 class _Bins:
-    """Instances being filled, found by free slots in O(slots log n) per task.
-
-    ``by_free[f]`` is a heap of the indices of bins with ``f`` free slots, so the first
-    (lowest-index) bin with at least ``s`` free is the least top among ``by_free[s:]``:
-    first fit without scanning every bin.
-    """
+    """Instances being filled: the free slots and the tasks of each, arriving ones first."""
 
     def __init__(self, slots: int, existing: int) -> None:
         self.slots = slots
         self.free: list[int] = [slots] * existing
         self.existing = existing
-        self.by_free: list[list[int]] = [[] for _ in range(slots + 1)]
-        self.by_free[slots] = list(range(existing))
         self.tasks: list[list[str]] = [[] for _ in range(existing)]
-
-    def _top(self, free: int) -> int | None:
-        """The lowest bin with exactly ``free`` free slots; drops entries gone stale."""
-        heap = self.by_free[free]
-        while heap and self.free[heap[0]] != free:
-            heapq.heappop(heap)
-        return heap[0] if heap else None
-
-    def first_fit(self, need: int) -> int | None:
-        tops = (self._top(free) for free in range(need, self.slots + 1))
-        return min((top for top in tops if top is not None), default=None)
-
-    def take_empty(self, count: int) -> list[int]:
-        """Up to ``count`` bins with nothing in them yet, lowest first."""
-        taken: list[int] = []
-        while len(taken) < count and self._top(self.slots) is not None:
-            taken.append(heapq.heappop(self.by_free[self.slots]))
-        return taken
-
-    def give_back(self, indices: list[int]) -> None:
-        for index in indices:
-            heapq.heappush(self.by_free[self.free[index]], index)
 
     def put(self, index: int, task: str, need: int) -> None:
         self.tasks[index].append(task)
-        if need:
-            # The old heap entry goes stale and is dropped when it reaches the top.
-            self.free[index] -= need
-            heapq.heappush(self.by_free[self.free[index]], index)
+        self.free[index] -= need
 
     def open(self) -> int:
-        index = len(self.free)
         self.free.append(self.slots)
         self.tasks.append([])
-        heapq.heappush(self.by_free[self.slots], index)
-        return index
+        return len(self.free) - 1
 
     def new_instances(self) -> list[list[str]]:
         return self.tasks[self.existing :]
@@ -93,49 +62,76 @@ def pack(
         ]
         return demand
     packer = _Packer(_Bins(slots_per_instance, arriving), room)
-    for task in sorted(pending, key=lambda t: -t.slots):
-        if task.slots <= slots_per_instance:
-            placed = packer.place(task)
-        elif problem := _gang_problem(task, slots_per_instance, max_instances):
-            demand.unschedulable.append(Unschedulable(task.task, task.slots, problem))
+    # Largest first; a reverse sort keeps the order of equal tasks, as a stable sort does.
+    ordered = sorted(pending, key=_SLOTS, reverse=True)
+    for slots, group in itertools.groupby(ordered, key=_SLOTS):
+        tasks = list(group)
+        if slots <= slots_per_instance:
+            demand.waiting += packer.place_all(slots, tasks)
             continue
-        else:
-            placed = packer.place_gang(task)
-        if not placed:
-            demand.waiting.append(task)
+        for task in tasks:
+            if problem := _gang_problem(task, slots_per_instance, max_instances):
+                demand.unschedulable.append(Unschedulable(task.task, task.slots, problem))
+            elif not packer.place_gang(task):
+                demand.waiting.append(task)
     demand.new_instances = packer.bins.new_instances()
     return demand
 
 
 @dataclass
 class _Packer:
+    """First fit, decreasing: each task goes to the lowest-numbered instance it fits.
+
+    Tasks come largest first, so tasks of one size come together, and first fit for a
+    run of them is a single walk over the instances in order: the instance that took
+    the last one takes the next too while it has room, then the next instance with
+    room, then new ones. That is the same placement as looking up the first fit for
+    each task, at the cost of one walk per distinct size.
+    """
+
     bins: _Bins
     room: int
     opened: int = 0
+    # Gangs come before any smaller task, and take arriving instances in order while
+    # they are all still empty: the ones before this have been taken.
+    next_empty: int = 0
 
-    def place(self, task: PendingTask) -> bool:
-        index = self.bins.first_fit(task.slots)
-        if index is None:
-            if self.opened >= self.room:
-                return False
-            index = self.bins.open()
+    def place_all(self, slots: int, tasks: list[PendingTask]) -> list[PendingTask]:
+        """Place tasks of ``slots`` each; return those left waiting for room."""
+        free, placed = self.bins.free, 0
+        for index in range(len(free)):
+            if free[index] >= slots:
+                placed = self._fill(index, slots, tasks, placed)
+                if placed == len(tasks):
+                    return []
+        while placed < len(tasks) and self.opened < self.room:
             self.opened += 1
-        self.bins.put(index, task.task, task.slots)
-        return True
+            placed = self._fill(self.bins.open(), slots, tasks, placed)
+        return tasks[placed:]
+
+    def _fill(self, index: int, slots: int, tasks: list[PendingTask], placed: int) -> int:
+        """Put tasks[placed:] on instance ``index`` while it has room; the new count."""
+        free, names = self.bins.free[index], self.bins.tasks[index]
+        while placed < len(tasks) and free >= slots:
+            names.append(tasks[placed].task)
+            free -= slots
+            placed += 1
+        self.bins.free[index] = free
+        return placed
 
     def place_gang(self, task: PendingTask) -> bool:
         """A task over one instance: all its whole instances, or none of them."""
-        slots = self.bins.slots
-        need = task.slots // slots
-        chosen = self.bins.take_empty(need)
-        missing = need - len(chosen)
+        bins = self.bins
+        need = task.slots // bins.slots
+        empty = list(range(self.next_empty, min(bins.existing, self.next_empty + need)))
+        missing = need - len(empty)
         if missing > self.room - self.opened:
-            self.bins.give_back(chosen)
             return False
-        chosen += [self.bins.open() for _ in range(missing)]
+        self.next_empty += len(empty)
+        empty += [bins.open() for _ in range(missing)]
         self.opened += missing
-        for index in chosen:
-            self.bins.put(index, task.task, slots)
+        for index in empty:
+            bins.put(index, task.task, bins.slots)
         return True
 
 
