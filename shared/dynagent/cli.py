@@ -1,4 +1,5 @@
-"""The ``dynagent`` command: validate a config, publish a snapshot, preview a plan, demo."""
+"""The ``dynagent`` command: validate a config, publish a snapshot, preview a plan, demo,
+simulate."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import UTC, datetime
 
 from dynagent.config import AwsProvider, Config, ConfigError, load_config
 from dynagent.durations import format_duration
+from dynagent.simulate import command as simulate_command
 from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 
 EXIT_USAGE = 2
@@ -54,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="a scripted day of a master, on a local AWS")
     demo.add_argument("--quiet", action="store_true", help="only the final fleet table")
     demo.set_defaults(run=_demo)
+
+    simulate_command.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,203 @@
+"""Small SVG charts written by hand: lines over time, and labelled points.
+
+The simulator's plots need no plotting library: an SVG is text, opens in any browser,
+and embeds in a self-contained HTML page. Each chart is one ``<svg>`` element.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import escape
+
+WIDTH = 960
+HEIGHT = 300
+_MARGIN = (48, 24, 48, 84)  # top, right, bottom, left
+_FONT = 'font-family="system-ui, sans-serif" font-size="12"'
+
+Format = Callable[[float], str]
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    color: str
+    points: Sequence[tuple[float, float]]
+    dashed: bool = False
+
+
+@dataclass(frozen=True)
+class Point:
+    x: float
+    y: float
+    label: str
+
+
+@dataclass(frozen=True)
+class PointGroup:
+    label: str
+    color: str
+    points: Sequence[Point]
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Maps data to pixels inside the margins."""
+
+    x_range: tuple[float, float]
+    y_range: tuple[float, float]
+    width: int = WIDTH
+    height: int = HEIGHT
+
+    def x(self, value: float) -> float:
+        low, high = self.x_range
+        left, right = _MARGIN[3], self.width - _MARGIN[1]
+        return left + (value - low) / ((high - low) or 1) * (right - left)
+
+    def y(self, value: float) -> float:
+        low, high = self.y_range
+        top, bottom = _MARGIN[0], self.height - _MARGIN[2]
+        return bottom - (value - low) / ((high - low) or 1) * (bottom - top)
+
+
+def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
+    """Round tick values (1, 2 or 5 times a power of ten) from at or below ``low`` to at
+    or above ``high``."""
+    span = high - low
+    if span <= 0:
+        return [low, low + 1]
+    raw = span / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.floor(low / step)
+    last = math.ceil(high / step - 1e-9)
+    return [round(index * step, 10) for index in range(first, last + 1)]
+
+
+def line_chart(
+    title: str,
+    lines: Sequence[Line],
+    x_label: str,
+    y_label: str,
+    x_format: Format = lambda v: f"{v:g}",
+    y_format: Format = lambda v: f"{v:,.0f}",
+) -> str:
+    xs = [x for line in lines for x, _ in line.points]
+    ys = [y for line in lines for _, y in line.points]
+    y_ticks = nice_ticks(0, max(ys, default=1) or 1)
+    x_range = (min(0.0, *xs), max(xs, default=1.0))
+    x_ticks = nice_ticks(*x_range)
+    frame = _Frame(x_range, (0, y_ticks[-1]))
+    body = [_axes(frame, x_ticks, y_ticks, x_label, y_label, x_format, y_format)]
+    for line in lines:
+        path = " ".join(f"{frame.x(x):.1f},{frame.y(y):.1f}" for x, y in line.points)
+        dash = ' stroke-dasharray="6 4"' if line.dashed else ""
+        body.append(
+            f'<polyline fill="none" stroke="{line.color}" stroke-width="1.5"{dash} '
+            f'points="{path}"/>'
+        )
+    body.append(_legend([(line.label, line.color) for line in lines]))
+    return _svg(title, body)
+
+
+def point_chart(
+    title: str,
+    groups: Sequence[PointGroup],
+    x_label: str,
+    y_label: str,
+    x_format: Format = lambda v: f"{v:g}",
+    y_format: Format = lambda v: f"{v:,.0f}",
+) -> str:
+    """Labelled points, joined in order within each group."""
+    points = [p for group in groups for p in group.points]
+    x_ticks = nice_ticks(*_padded([p.x for p in points]))
+    y_ticks = nice_ticks(*_padded([p.y for p in points]))
+    frame = _Frame((x_ticks[0], x_ticks[-1]), (y_ticks[0], y_ticks[-1]))
+    body = [_axes(frame, x_ticks, y_ticks, x_label, y_label, x_format, y_format)]
+    for index, group in enumerate(groups):
+        path = " ".join(f"{frame.x(p.x):.1f},{frame.y(p.y):.1f}" for p in group.points)
+        body.append(f'<polyline fill="none" stroke="{group.color}" points="{path}"/>')
+        # The first group's labels to the left of its points, the others' to the right,
+        # so two policies at nearly the same wait do not write over each other.
+        dx, anchor = (-8, "end") if index == 0 else (8, "start")
+        for p in group.points:
+            cx, cy = frame.x(p.x), frame.y(p.y)
+            body.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{group.color}"/>')
+            body.append(
+                f'<text x="{cx + dx:.1f}" y="{cy + 4:.1f}" text-anchor="{anchor}" {_FONT}>'
+                f"{escape(p.label)}</text>"
+            )
+    body.append(_legend([(group.label, group.color) for group in groups]))
+    return _svg(title, body)
+
+
+def _padded(values: Sequence[float]) -> tuple[float, float]:
+    """The values' range widened by a tenth on each side (never below zero), so no
+    point sits on the frame."""
+    low, high = min(values, default=0.0), max(values, default=1.0)
+    pad = (high - low) * 0.1 or abs(high) * 0.05 or 1.0
+    return max(0.0, low - pad), high + pad
+
+
+def _axes(
+    frame: _Frame,
+    x_ticks: Sequence[float],
+    y_ticks: Sequence[float],
+    x_label: str,
+    y_label: str,
+    x_format: Format,
+    y_format: Format,
+) -> str:
+    left, right = _MARGIN[3], frame.width - _MARGIN[1]
+    top, bottom = _MARGIN[0], frame.height - _MARGIN[2]
+    parts = [f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" '
+             'fill="none" stroke="#bbb"/>']  # fmt: skip
+    for tick in y_ticks:
+        y = frame.y(tick)
+        parts.append(f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
+        parts.append(
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" {_FONT}>'
+            f"{escape(y_format(tick))}</text>"
+        )
+    for tick in x_ticks:
+        if not frame.x_range[0] <= tick <= frame.x_range[1]:
+            continue
+        x = frame.x(tick)
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}" stroke="#eee"/>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{bottom + 16}" text-anchor="middle" {_FONT}>'
+            f"{escape(x_format(tick))}</text>"
+        )
+    parts.append(
+        f'<text x="{(left + right) / 2}" y="{frame.height - 10}" text-anchor="middle" {_FONT}>'
+        f"{escape(x_label)}</text>"
+    )
+    parts.append(
+        f'<text transform="translate(16 {(top + bottom) / 2}) rotate(-90)" '
+        f'text-anchor="middle" {_FONT}>{escape(y_label)}</text>'
+    )
+    return "\n".join(parts)
+
+
+def _legend(entries: Sequence[tuple[str, str]]) -> str:
+    parts = []
+    x = _MARGIN[3]
+    for label, color in entries:
+        parts.append(f'<rect x="{x}" y="28" width="14" height="4" fill="{color}"/>')
+        parts.append(f'<text x="{x + 20}" y="34" {_FONT}>{escape(label)}</text>')
+        x += 30 + 7 * len(label)
+    return "\n".join(parts)
+
+
+def _svg(title: str, body: Sequence[str]) -> str:
+    return "\n".join(
+        [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+            f'viewBox="0 0 {WIDTH} {HEIGHT}">',
+            f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+            f'<text x="{_MARGIN[3]}" y="18" font-weight="bold" {_FONT}>{escape(title)}</text>',
+            *body,
+            "</svg>",
+        ]
+    )

@@ -1,0 +1,206 @@
+"""``dynagent simulate``: replay a job trace through the decision core, and report.
+
+Kept apart from ``dynagent.cli`` so the command's options live beside what they drive;
+``cli`` only registers it. The simulator is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from dynagent.config import Config, Pool, load_config, parse_config
+from dynagent.durations import parse_duration
+
+if TYPE_CHECKING:
+    from dynagent.simulate.replay import ProgressFactory
+    from dynagent.simulate.run import RunOptions
+    from dynagent.simulate.trace import Trace
+
+# With no --config: 8-GPU instances (p4d.24xlarge), Determined's defaults otherwise, and
+# room for the largest shared trace's peak (about 2,000 GPUs busy at once).
+DEFAULT_POOL_YAML = """
+resource_pools:
+  - pool_name: default
+    provider:
+      type: aws
+      region: us-east-1
+      image_id: ami-00000000000000000
+      instance_type: p4d.24xlarge
+      max_instances: 1000
+"""
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``simulate`` on the ``dynagent`` command's subparsers."""
+    simulate = commands.add_parser(
+        "simulate",
+        help="replay a job trace: cost and waits under dynagent and Determined's provisioner",
+        description="Replay a job trace CSV through dynagent's decision and a Determined-style "
+        "baseline on a simulated cloud, beside the physical limit.",
+    )
+    simulate.add_argument(
+        "trace", help="CSV: job_id,submission_time,duration,num_gpu or arrival_s,duration_s,gpus"
+    )
+    simulate.add_argument("--config", help="pool YAML (default: 8-GPU p4d.24xlarge, max 1000)")
+    simulate.add_argument("--pool", help="pool name (default: the only pool)")
+    simulate.add_argument("--json", metavar="OUT.json", help="write the figures as JSON")
+    simulate.add_argument("--plot", metavar="OUT.html", help="write a plot: .html or .svg")
+    simulate.add_argument(
+        "--price",
+        type=float,
+        default=None,
+        metavar="DOLLARS",
+        help="per instance-hour (default: 32.7726, p4d.24xlarge on-demand in us-east-1)",
+    )
+    duration = {"metavar": "DURATION"}
+    simulate.add_argument(
+        "--running-after", default="60s", help="an instance shows running (60s)", **duration
+    )
+    simulate.add_argument(
+        "--registered-after", default="180s", help="its agent registers (180s)", **duration
+    )
+    simulate.add_argument(
+        "--boot-jitter", default="0s", help="each boot time varies by up to this (0s)", **duration
+    )
+    simulate.add_argument("--seed", type=int, default=0, help="seed of the boot jitter (0)")
+    simulate.add_argument(
+        "--heartbeat", default="30s", help="master's snapshot interval when idle (30s)", **duration
+    )
+    simulate.add_argument(
+        "--policy",
+        action="append",
+        choices=("dynagent", "determined"),
+        help="policy to run (repeatable; default: both)",
+    )
+    simulate.add_argument(
+        "--sweep", metavar="FIELD=V1,V2", help="one replay per value of a pool field"
+    )
+    simulate.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="deliver every heartbeat, sweep and tick (slow; checks the fast path)",
+    )
+    simulate.add_argument("--no-progress", action="store_true", help="no progress bar")
+    simulate.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from dynagent.simulate.plot import check_plot_path
+    from dynagent.simulate.replay import DEFAULT_PRICE
+    from dynagent.simulate.run import POLICIES
+    from dynagent.simulate.trace import load_trace
+
+    out = out or sys.stdout
+    if args.plot:
+        check_plot_path(args.plot)
+    config = load_config(args.config) if args.config else parse_config(DEFAULT_POOL_YAML)
+    pool = _pool(config, args.pool)
+    trace = load_trace(args.trace)
+    common = {
+        "policies": tuple(args.policy or POLICIES),
+        "options": _options(args),
+        "price": DEFAULT_PRICE if args.price is None else args.price,
+        "progress": _progress(args),
+    }
+    if args.sweep:
+        _sweep(args, trace, pool, config, common, out)
+    else:
+        _replay(args, trace, pool, config, common, out)
+    return 0
+
+
+def _replay(
+    args: argparse.Namespace,
+    trace: Trace,
+    pool: Pool,
+    config: Config,
+    common: dict[str, Any],
+    out: TextIO,
+) -> None:
+    from dynagent.simulate.plot import timeline_charts, write_plot
+    from dynagent.simulate.replay import replay
+    from dynagent.simulate.report import document, table
+
+    result = replay(trace, pool, config.settings, **common)
+    text = table(result)
+    print(text, file=out)
+    print(f"replayed in {result.wall_seconds:.1f} s", file=out)
+    if args.json:
+        _write_json(args.json, document(result), out)
+    if args.plot:
+        title = f"dynagent simulate: {trace.name}"
+        write_plot(args.plot, title, timeline_charts(result), text)
+        print(f"wrote {args.plot}", file=out)
+
+
+def _sweep(
+    args: argparse.Namespace,
+    trace: Trace,
+    pool: Pool,
+    config: Config,
+    common: dict[str, Any],
+    out: TextIO,
+) -> None:
+    from dynagent.simulate.plot import sweep_charts, write_plot
+    from dynagent.simulate.report import document
+    from dynagent.simulate.sweep import parse_sweep, sweep, sweep_table
+
+    spec = parse_sweep(args.sweep)
+    points = sweep(trace, pool, config.settings, spec, **common)
+    text = sweep_table(spec.field, points)
+    print(text, file=out)
+    if args.json:
+        body = {
+            "sweep": {"field": spec.field, "values": list(spec.values)},
+            "points": [{"value": value, **document(result)} for value, result in points],
+        }
+        _write_json(args.json, body, out)
+    if args.plot:
+        title = f"dynagent simulate: {trace.name}, sweep of {spec.field}"
+        write_plot(args.plot, title, sweep_charts(spec.field, points), text)
+        print(f"wrote {args.plot}", file=out)
+
+
+def _pool(config: Config, name: str | None) -> Pool:
+    if name is None and len(config.pools) != 1:
+        raise ValueError(f"--pool is required: the config has {', '.join(config.pools)}")
+    return config.pool(name or next(iter(config.pools)))
+
+
+def _options(args: argparse.Namespace) -> RunOptions:
+    from dynagent.simulate.boot import BootModel
+    from dynagent.simulate.run import RunOptions
+
+    boot = BootModel(
+        running_after=_seconds(args.running_after),
+        registered_after=_seconds(args.registered_after),
+        jitter=_seconds(args.boot_jitter),
+        seed=args.seed,
+    )
+    heartbeat = _seconds(args.heartbeat)
+    if heartbeat <= 0:
+        raise ValueError("--heartbeat must be at least 1s")
+    return RunOptions(boot=boot, heartbeat=heartbeat, exhaustive=args.exhaustive)
+
+
+def _seconds(text: str) -> int:
+    return round(parse_duration(text).total_seconds())
+
+
+def _progress(args: argparse.Namespace) -> ProgressFactory | None:
+    """A bar per policy run on stderr, when it is a terminal and not turned off."""
+    from dynagent.simulate.progress import ProgressBar
+
+    if args.no_progress or not sys.stderr.isatty():
+        return None
+    return lambda label: ProgressBar(sys.stderr, label)
+
+
+def _write_json(path: str, body: dict[str, Any], out: TextIO) -> None:
+    with open(path, "w") as handle:
+        json.dump(body, handle, indent=2)
+        handle.write("\n")
+    print(f"wrote {path}", file=out)

@@ -1,0 +1,156 @@
+"""The baseline: Determined's own provisioner, replayed on the same master and cloud.
+
+Every 5 s (its ``actionCooldown``) it lists the pool's instances and decides as
+Determined's ``ScaleDecider`` does:
+
+- An instance whose agent is connected and idle is idle since the first tick that saw
+  it so; idle longer than ``max_idle_agent_period`` it is terminated, not below
+  ``min_instances``.
+- An instance with no agent, launched less than ``max_agent_starting_period`` ago, is
+  recently launched; one older is disconnected since the tick that first saw it so,
+  and terminated after ``max_disconnected_period``.
+- Demand is ``ceil(sum of the pending tasks' slots / slots per instance)``, counting
+  only tasks that fit one instance or are a multiple of it (the others are ignored);
+  it launches ``clamp(min - n, demand - recently launched, max - n)`` instances, where
+  ``n`` counts the instances listed at the start of the tick, as Determined does.
+
+Only what a tick can see changes its outcome, so, unless ``exhaustive`` is set, ticks
+run only at the first tick after the master's view changed, after a timer ran out, or
+after a tick that launched or terminated (the next one lists the changed fleet).
+"""
+
+from __future__ import annotations
+
+from dynagent.config import Pool
+from dynagent.plan import Termination
+from dynagent.simulate.clock import next_on_grid
+from dynagent.simulate.cloud import SimCloud, SimInstance
+from dynagent.simulate.master import SimMaster
+from dynagent.simulate.policy import Change
+
+TICK = 5  # seconds: Determined's provisioner acts this often
+
+
+class DeterminedPolicy:
+    name = "determined"
+
+    def __init__(
+        self, pool: Pool, cloud: SimCloud, master: SimMaster, exhaustive: bool = False
+    ) -> None:
+        provider = pool.provider
+        self.cloud = cloud
+        self.master = master
+        self.exhaustive = exhaustive
+        self.slots = provider.slots_per_instance
+        self.min = provider.min_instances
+        self.max = provider.max_instances
+        self.max_idle = int(provider.max_idle_agent_period.total_seconds())
+        self.max_starting = int(provider.max_agent_starting_period.total_seconds())
+        self.max_disconnected = int(provider.max_disconnected_period.total_seconds())
+        self.decisions = 0
+        # When each instance was first seen idle, or disconnected, by a tick.
+        self._idle: dict[str, int] = {}
+        self._disconnected: dict[str, int] = {}
+        # Set by the first change: the first task's arrival, with no agent to run it.
+        self._tick_at: int | None = None
+        self._timer_at: int | None = None
+        self._last_tick = -TICK
+
+    def act(self, now: int, change: Change) -> None:
+        # A tick reads the pending tasks and the agents: other changes cannot alter it.
+        if change is Change.DECISION:
+            # The next tick, never a second one in the same tick.
+            tick = max(next_on_grid(now, TICK), self._last_tick + TICK)
+            self._tick_at = tick if self._tick_at is None else min(self._tick_at, tick)
+        due = self.wake_at()
+        if due is not None and due <= now:
+            acted = self._tick(now)
+            self._last_tick = now
+            # What it launched or terminated is in the next tick's instance list.
+            self._tick_at = now + TICK if acted or self.exhaustive else None
+            self._timer_at = self._next_timer(now)
+
+    def wake_at(self) -> int | None:
+        times = [t for t in (self._tick_at, self._timer_at) if t is not None]
+        return min(times, default=None)
+
+    def _tick(self, now: int) -> bool:
+        """One provisioner pass; whether it launched or terminated anything."""
+        self.decisions += 1
+        instances = list(self.cloud.instances())
+        recently_launched, long_idle, long_disconnected = self._classify(instances, now)
+        terminate = dict.fromkeys(long_disconnected, "disconnected too long")
+        for _, instance_id in sorted(long_idle):
+            if len(instances) - len(terminate) <= self.min:
+                break
+            terminate[instance_id] = "idle too long"
+        self._trim_to_max(instances, terminate)
+        if terminate:
+            self.cloud.terminate(tuple(Termination(i, r) for i, r in terminate.items()))
+            for instance_id in terminate:
+                self._idle.pop(instance_id, None)
+                self._disconnected.pop(instance_id, None)
+        count = len(instances)
+        wanted = self._desired_new_instances() - recently_launched
+        launch = max(0, max(self.min - count, min(wanted, self.max - count)))
+        if launch:
+            self.cloud.start(launch)
+        return bool(terminate or launch)
+
+    def _classify(
+        self, instances: list[SimInstance], now: int
+    ) -> tuple[int, list[tuple[int, str]], list[str]]:
+        """Recently launched count, long-idle (since, id) and long-disconnected ids;
+        records when each idle or disconnected instance was first seen so."""
+        agents = self.master.agents
+        idle: dict[str, int] = {}
+        disconnected: dict[str, int] = {}
+        recently_launched = 0
+        long_idle: list[tuple[int, str]] = []
+        long_disconnected: list[str] = []
+        for instance in instances:
+            agent = agents.get(instance.id)
+            if agent is not None:
+                if agent.used == 0:
+                    since = idle[instance.id] = self._idle.get(instance.id, now)
+                    if now > since + self.max_idle:
+                        long_idle.append((since, instance.id))
+                continue
+            if instance.launched + self.max_starting > now:
+                recently_launched += 1
+                continue
+            since = disconnected[instance.id] = self._disconnected.get(instance.id, now)
+            if now > since + self.max_disconnected:
+                long_disconnected.append(instance.id)
+        self._idle, self._disconnected = idle, disconnected
+        return recently_launched, long_idle, long_disconnected
+
+    def _trim_to_max(self, instances: list[SimInstance], terminate: dict[str, str]) -> None:
+        """Over max_instances: idle, then disconnected, then the newest instances."""
+        order = [*self._idle, *self._disconnected]
+        order += [i.id for i in sorted(instances, key=lambda i: -i.launched)]
+        for instance_id in order:
+            if len(instances) - len(terminate) <= self.max:
+                return
+            terminate.setdefault(instance_id, "over max_instances")
+
+    def _desired_new_instances(self) -> int:
+        slots = self.slots
+        if slots <= 0:
+            return 0
+        total = sum(t.slots for t in self.master.queue if t.slots <= slots or t.slots % slots == 0)
+        return -(-total // slots)
+
+    def _next_timer(self, now: int) -> int | None:
+        """The first tick after ``now`` at which a period runs out, unless exhaustive."""
+        if self.exhaustive:
+            return None
+        deadlines = [since + self.max_idle + 1 for since in self._idle.values()]
+        deadlines += [since + self.max_disconnected + 1 for since in self._disconnected.values()]
+        deadlines += [
+            i.launched + self.max_starting
+            for i in self.cloud.instances()
+            if i.id not in self.master.agents
+        ]
+        future = [d for d in deadlines if d > now]
+        return next_on_grid(min(future), TICK) if future else None

@@ -1,0 +1,121 @@
+"""The figures a run is judged by: billed hours and cost, waits, and the physical limit.
+
+The limit is what the trace itself needs: every GPU billed only while a task uses it,
+with no boot, no idle time, no fragmentation and no waiting. It counts the tasks this
+pool can run at all; a task larger than the pool is left out of it and reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dynagent.simulate.master import fits_pool
+from dynagent.simulate.run import PolicyRun
+from dynagent.simulate.trace import Trace
+
+HOUR = 3600
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One column of the report: a policy's run, or the limit."""
+
+    name: str
+    instance_hours: float
+    gpu_hours: float
+    # The billed GPU-hours split: running tasks, free beside them, idle agents, booting.
+    busy_gpu_hours: float
+    free_gpu_hours: float
+    idle_gpu_hours: float
+    booting_gpu_hours: float
+    cost: float
+    # Billed GPU-hours over the limit's: 1.0 is perfect.
+    vs_limit: float
+    # Seconds from arrival to start, over the tasks that started (None: none started).
+    wait_p50: int | None
+    wait_p95: int | None
+    wait_p99: int | None
+    wait_max: int | None
+    wait_mean: float | None
+    # The share of the tasks that started which waited at all (mostly for a boot).
+    waited: float | None
+    launches: int | None
+    unused_launches: int | None
+    terminations: int | None
+    never_scheduled: int
+    larger_than_pool: int
+    decisions: int | None
+
+
+def percentile(sorted_values: Sequence[int], percent: float) -> int | None:
+    """Nearest rank: the smallest value with at least ``percent`` % of values at or below
+    it, so every figure is a wait some task really had."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(percent / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def limit_gpu_seconds(trace: Trace, slots: int, max_instances: int) -> int:
+    """Busy GPU-seconds of the tasks a pool of this shape can run at all."""
+    return sum(
+        job.gpus * job.duration for job in trace.jobs if fits_pool(job.gpus, slots, max_instances)
+    )
+
+
+def summarise(run: PolicyRun, limit_seconds: int, price: float) -> Summary:
+    instance_hours = run.billed_instance_seconds / HOUR
+    gpu_hours = instance_hours * run.slots_per_instance
+    return Summary(
+        name=run.policy,
+        instance_hours=instance_hours,
+        gpu_hours=gpu_hours,
+        busy_gpu_hours=run.usage.busy / HOUR,
+        free_gpu_hours=run.usage.free / HOUR,
+        idle_gpu_hours=run.usage.idle / HOUR,
+        booting_gpu_hours=run.usage.booting / HOUR,
+        cost=instance_hours * price,
+        vs_limit=gpu_hours / (limit_seconds / HOUR) if limit_seconds else math.inf,
+        wait_p50=percentile(run.waits, 50),
+        wait_p95=percentile(run.waits, 95),
+        wait_p99=percentile(run.waits, 99),
+        wait_max=run.waits[-1] if run.waits else None,
+        wait_mean=sum(run.waits) / len(run.waits) if run.waits else None,
+        waited=sum(1 for wait in run.waits if wait) / len(run.waits) if run.waits else None,
+        launches=run.launches,
+        unused_launches=run.unused_launches,
+        terminations=run.terminations,
+        never_scheduled=run.never_scheduled,
+        larger_than_pool=run.larger_than_pool,
+        decisions=run.decisions,
+    )
+
+
+def summarise_limit(limit_seconds: int, slots: int, price: float, larger_than_pool: int) -> Summary:
+    gpu_hours = limit_seconds / HOUR
+    instance_hours = gpu_hours / slots if slots else 0.0
+    return Summary(
+        name="limit",
+        instance_hours=instance_hours,
+        gpu_hours=gpu_hours,
+        busy_gpu_hours=gpu_hours,
+        free_gpu_hours=0.0,
+        idle_gpu_hours=0.0,
+        booting_gpu_hours=0.0,
+        cost=instance_hours * price,
+        vs_limit=1.0,
+        wait_p50=0,
+        wait_p95=0,
+        wait_p99=0,
+        wait_max=0,
+        wait_mean=0.0,
+        waited=0.0,
+        launches=None,
+        unused_launches=None,
+        terminations=None,
+        never_scheduled=larger_than_pool,
+        larger_than_pool=larger_than_pool,
+        decisions=None,
+    )

@@ -1,0 +1,129 @@
+"""dynagent under simulation: the very ``reconcile`` the Lambda runs, on the simulated cloud.
+
+The master publishes a snapshot on every change and every 30 s (the heartbeat, as the
+snapshot contract asks; configurable); each is reconciled at once. The sweep reconciles
+with no snapshot every 60 s.
+
+A snapshot that says nothing new (a heartbeat, a sweep, or a change of the master in
+nothing a decision reads, like a busy agent getting busier) can only act when a timer of
+the decision has run out since the last pass (an agent idle for
+``max_idle_agent_period``, an instance not registered after ``max_agent_starting_period``,
+an agent missing for ``max_disconnected_period``) or when the last pass changed the
+fleet (a launch can lift ``min_instances`` off an idle agent). So, unless ``exhaustive``
+is set, such snapshots are reconciled only then: the same plans at the same times,
+without the hundreds of thousands of passes that change nothing over a month. Tests run
+both ways and compare.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from dynagent.config import Pool, Settings
+from dynagent.fleet import Mark
+from dynagent.reconcile import reconcile
+from dynagent.simulate.clock import at, next_on_grid, seconds_at
+from dynagent.simulate.cloud import SimCloud
+from dynagent.simulate.master import SimMaster
+from dynagent.simulate.policy import Change
+
+HEARTBEAT = 30  # seconds between a master's snapshots when nothing changes (the contract)
+SWEEP_EVERY = 60  # the sweep's schedule
+
+
+class DynagentPolicy:
+    name = "dynagent"
+
+    def __init__(
+        self,
+        pool: Pool,
+        settings: Settings,
+        cloud: SimCloud,
+        master: SimMaster,
+        exhaustive: bool = False,
+        heartbeat: int = HEARTBEAT,
+    ) -> None:
+        self.pool = pool
+        self.settings = settings
+        self.cloud = cloud
+        self.master = master
+        self.exhaustive = exhaustive
+        self.heartbeat = heartbeat
+        self.decisions = 0
+        provider = pool.provider
+        self._periods = {
+            Mark.IDLE_SINCE: int(provider.max_idle_agent_period.total_seconds()),
+            Mark.DISCONNECTED_SINCE: int(provider.max_disconnected_period.total_seconds()),
+        }
+        self._starting = int(provider.max_agent_starting_period.total_seconds())
+        # Set by the first pass: the first task's arrival is a change the master publishes.
+        self._heartbeat_at: int | None = None
+        self._sweep_at: int | None = None
+        self._deadline: int | None = None
+
+    def act(self, now: int, change: Change) -> None:
+        published = self._publishes(now, change)
+        sweep = _due(self._sweep_at, now)
+        acted = False
+        if published:
+            acted |= self._reconcile(at(now), with_snapshot=True)
+        if sweep:
+            acted |= self._reconcile(at(now), with_snapshot=False)
+        if published or sweep:
+            # Only after a pass: its plan is what the next deadline is counted from.
+            self._plan_wake(now, acted)
+
+    def _publishes(self, now: int, change: Change) -> bool:
+        """Whether a snapshot reaches the decision now: on any change of the master and on
+        each heartbeat, but, unless exhaustive, only when it can matter."""
+        if _due(self._heartbeat_at, now) or change is Change.DECISION:
+            return True
+        if change is Change.OTHER:
+            return self.exhaustive or _due(self._deadline, now)
+        return False
+
+    def wake_at(self) -> int | None:
+        times = [t for t in (self._heartbeat_at, self._sweep_at) if t is not None]
+        return min(times, default=None)
+
+    def _reconcile(self, moment: datetime, with_snapshot: bool) -> bool:
+        """One pass; whether it launched or terminated anything."""
+        snapshot = self.master.snapshot(moment) if with_snapshot else None
+        plan = reconcile(self.pool, self.cloud, snapshot, moment, self.settings).plan
+        self.decisions += 1
+        return plan is not None and bool(plan.launches or plan.terminations)
+
+    def _plan_wake(self, now: int, acted: bool) -> None:
+        if self.exhaustive:
+            self._heartbeat_at = next_on_grid(now + 1, self.heartbeat)
+            self._sweep_at = next_on_grid(now + 1, SWEEP_EVERY)
+            return
+        deadline = self._next_deadline(now)
+        if acted:
+            # A fleet that grew or shrank may free what min_instances held back (an
+            # agent idle past its period): the next snapshot may act on it.
+            deadline = now + 1 if deadline is None else min(deadline, now + 1)
+        self._deadline = deadline
+        self._heartbeat_at = None if deadline is None else next_on_grid(deadline, self.heartbeat)
+        self._sweep_at = None if deadline is None else next_on_grid(deadline, SWEEP_EVERY)
+
+    def _next_deadline(self, now: int) -> int | None:
+        """The first second after ``now`` at which a timer of the decision runs out.
+
+        Timers already run out are left out: whatever they allow and was not done yet is
+        held back by the state (min_instances), and a change of state is a snapshot.
+        """
+        deadlines = []
+        for instance in self.cloud.instances():
+            marks = instance.marks
+            if Mark.REGISTERED not in marks:
+                deadlines.append(instance.launched + self._starting)
+            for mark, period in self._periods.items():
+                since = marks.get(mark)
+                if since is not None:
+                    deadlines.append(seconds_at(since) + period)
+        return min((d for d in deadlines if d > now), default=None)
+
+
+def _due(time: int | None, now: int) -> bool:
+    return time is not None and time <= now

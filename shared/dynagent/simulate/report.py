@@ -1,0 +1,136 @@
+"""A replay as a person reads it (a table) and as a program does (a JSON document)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from dynagent.durations import format_duration
+from dynagent.simulate.metrics import HOUR, Summary
+from dynagent.simulate.replay import Replay
+
+DAY = 86400
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def format_wait(value: int | None) -> str:
+    return "-" if value is None else format_duration(timedelta(seconds=value))
+
+
+# The table's rows: a label and how a column shows it.
+ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
+    ("billed instance-hours", lambda s: f"{s.instance_hours:,.1f}"),
+    ("billed GPU-hours", lambda s: f"{s.gpu_hours:,.1f}"),
+    ("  running tasks", lambda s: f"{s.busy_gpu_hours:,.1f}"),
+    ("  free beside tasks", lambda s: f"{s.free_gpu_hours:,.1f}"),
+    ("  on idle agents", lambda s: f"{s.idle_gpu_hours:,.1f}"),
+    ("  booting", lambda s: f"{s.booting_gpu_hours:,.1f}"),
+    ("cost", lambda s: f"${s.cost:,.0f}"),
+    ("billed GPU-hours / limit", lambda s: f"{s.vs_limit:.4f}"),
+    ("wait p50", lambda s: format_wait(s.wait_p50)),
+    ("wait p95", lambda s: format_wait(s.wait_p95)),
+    ("wait p99", lambda s: format_wait(s.wait_p99)),
+    ("wait max", lambda s: format_wait(s.wait_max)),
+    ("wait mean", lambda s: format_wait(None if s.wait_mean is None else round(s.wait_mean))),
+    ("tasks that waited", lambda s: "-" if s.waited is None else f"{s.waited:.1%}"),
+    ("launches", lambda s: _count(s.launches)),
+    ("  that never ran a task", lambda s: _count(s.unused_launches)),
+    ("terminations", lambda s: _count(s.terminations)),
+    ("tasks never scheduled", lambda s: _count(s.never_scheduled)),
+    ("decisions", lambda s: _count(s.decisions)),
+)
+
+
+def describe(replay: Replay) -> list[str]:
+    """What was replayed, on what: the lines above the table."""
+    trace, provider, options = replay.trace, replay.pool.provider, replay.options
+    days = (trace.end - trace.start) / DAY
+    boot = options.boot
+    jitter = f" (± {boot.jitter}s, seed {boot.seed})" if boot.jitter else ""
+    return [
+        f"{trace.name}: {len(trace.jobs):,} jobs over {days:.1f} days, "
+        f"{trace.busy_gpu_seconds / HOUR:,.0f} busy GPU-hours",
+        f"pool {replay.pool.name}: {provider.shape}, "
+        f"{provider.slots_per_instance} GPUs each, "
+        f"{provider.min_instances}..{provider.max_instances} instances, "
+        f"idle {format_duration(provider.max_idle_agent_period)}, "
+        f"starting {format_duration(provider.max_agent_starting_period)}",
+        f"boot: running after {boot.running_after}s, agent registered after "
+        f"{boot.registered_after}s{jitter}; heartbeat {options.heartbeat}s; "
+        f"${replay.price:,.2f} per instance-hour",
+    ]
+
+
+def table(replay: Replay) -> str:
+    columns = replay.columns
+    width = max(len(label) for label, _ in ROWS) + 2
+    lines = [*describe(replay), ""]
+    lines.append(" " * width + "".join(f"{c.name:>14}" for c in columns))
+    for label, show in ROWS:
+        lines.append(f"{label:<{width}}" + "".join(f"{show(c):>14}" for c in columns))
+    lines += ["", *footnotes(replay)]
+    return "\n".join(lines)
+
+
+def footnotes(replay: Replay) -> list[str]:
+    notes = [
+        "Waits are start minus arrival, over the tasks that started; tasks never scheduled",
+        "are left out of them and counted on their own row.",
+        "The limit bills every GPU only while a task uses it: no boot, idle, fragmentation",
+        "or waiting.",
+    ]
+    larger = replay.column("limit").larger_than_pool
+    if larger:
+        slots = replay.pool.provider.slots_per_instance
+        notes.append(
+            f"{larger:,} task(s) can never run in this pool (not a multiple of {slots} GPUs, "
+            "or more instances than max_instances): left out of the limit too."
+        )
+    return notes
+
+
+def document(replay: Replay) -> dict[str, Any]:
+    """The JSON form of the table, with the inputs that produced it."""
+    trace, provider, options = replay.trace, replay.pool.provider, replay.options
+    return {
+        "trace": {
+            "name": trace.name,
+            "jobs": len(trace.jobs),
+            "days": round((trace.end - trace.start) / DAY, 2),
+            "busy_gpu_hours": round(trace.busy_gpu_seconds / HOUR, 1),
+        },
+        "pool": {
+            "name": replay.pool.name,
+            "shape": provider.shape,
+            "slots_per_instance": provider.slots_per_instance,
+            "min_instances": provider.min_instances,
+            "max_instances": provider.max_instances,
+            "max_idle_agent_period_s": provider.max_idle_agent_period.total_seconds(),
+            "max_agent_starting_period_s": provider.max_agent_starting_period.total_seconds(),
+            "max_disconnected_period_s": provider.max_disconnected_period.total_seconds(),
+        },
+        "boot": dataclasses.asdict(options.boot),
+        "heartbeat_s": options.heartbeat,
+        "price_per_instance_hour": replay.price,
+        "columns": {column.name: _column(column) for column in replay.columns},
+        "wall_seconds": round(replay.wall_seconds, 2),
+    }
+
+
+def _column(summary: Summary) -> dict[str, Any]:
+    fields = dataclasses.asdict(summary)
+    del fields["name"]
+    hours = ("instance_hours", "gpu_hours", "busy_gpu_hours", "free_gpu_hours")
+    for key in (*hours, "idle_gpu_hours", "booting_gpu_hours"):
+        fields[key] = round(fields[key], 3)
+    fields["cost"] = round(fields["cost"], 2)
+    fields["vs_limit"] = round(fields["vs_limit"], 5)
+    for key in ("wait_mean", "waited"):
+        if fields[key] is not None:
+            fields[key] = round(fields[key], 4)
+    return fields

@@ -1,0 +1,229 @@
+"""One policy's run over a trace: the master, the cloud and the policy on one virtual clock.
+
+At each second where something happens, in this order: the cloud's boot events (an
+instance shows running, an agent registers), task ends, arrivals; then the master
+places what fits; then the policy acts, and agents of instances it terminated leave
+the master (which may make it act again in the same second). The run jumps from one
+such second to the next: there is nothing to compute in between.
+
+The run ends once every task that can run here has run and the fleet has settled
+(nothing booting, at most ``min_instances`` left), or, failing that, a drain period
+after the last task ended (a policy may keep churning over a task it can never place).
+A run whose tasks never finish (agents that never register in time, say) gives up
+once even running every task one after the other would have been done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dynagent.config import Pool, Settings
+from dynagent.simulate.boot import BootModel
+from dynagent.simulate.clock import Events, Kind
+from dynagent.simulate.cloud import SimCloud
+from dynagent.simulate.determined import DeterminedPolicy
+from dynagent.simulate.master import SimMaster
+from dynagent.simulate.ours import HEARTBEAT, DynagentPolicy
+from dynagent.simulate.policy import Policy
+from dynagent.simulate.series import Series
+from dynagent.simulate.trace import Trace
+from dynagent.simulate.usage import Usage
+
+POLICIES = ("dynagent", "determined")
+# How long after the last task the fleet may take to settle before the run stops anyway.
+DRAIN = 6 * 3600
+# Rounds of (policy acts, terminated agents leave) within one second, at most.
+_MAX_ROUNDS = 4
+
+Progress = Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    boot: BootModel = field(default_factory=BootModel)
+    # Seconds between the master's snapshots when nothing changes.
+    heartbeat: int = HEARTBEAT
+    # Deliver every heartbeat, sweep and tick instead of only those a timer makes count.
+    exhaustive: bool = False
+
+
+@dataclass
+class PolicyRun:
+    """What one policy did over the trace: the raw facts the report is made of."""
+
+    policy: str
+    slots_per_instance: int
+    billed_instance_seconds: int
+    waits: list[int]
+    never_scheduled: int
+    larger_than_pool: int
+    launches: int
+    # Launched instances whose agent never ran a task (never registered, or reaped idle).
+    unused_launches: int
+    terminations: int
+    requeued: int
+    decisions: int
+    start: int
+    end: int
+    series: Series = field(repr=False)
+    usage: Usage = field(repr=False)
+
+
+def make_policy(
+    name: str,
+    pool: Pool,
+    settings: Settings,
+    cloud: SimCloud,
+    master: SimMaster,
+    options: RunOptions,
+) -> Policy:
+    if name == "dynagent":
+        return DynagentPolicy(pool, settings, cloud, master, options.exhaustive, options.heartbeat)
+    if name == "determined":
+        return DeterminedPolicy(pool, cloud, master, options.exhaustive)
+    raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+
+
+class Simulation:
+    def __init__(
+        self,
+        trace: Trace,
+        pool: Pool,
+        settings: Settings,
+        policy: str,
+        options: RunOptions,
+        progress: Progress | None = None,
+    ) -> None:
+        self.trace = trace
+        self.pool = pool
+        self.now = trace.start
+        self.events = Events()
+        self.cloud = SimCloud(options.boot.sampler(), self.events, lambda: self.now)
+        provider = pool.provider
+        self.master = SimMaster(
+            pool.name, provider.slots_per_instance, provider.max_instances, self.events
+        )
+        self.policy = make_policy(policy, pool, settings, self.cloud, self.master, options)
+        self.series = Series()
+        self.usage = Usage()
+        self.progress = progress
+        self._next_job = 0
+        self._drain_until: int | None = None
+        self._give_up_at = trace.end + sum(job.duration for job in trace.jobs) + DRAIN
+
+    def run(self) -> PolicyRun:
+        while True:
+            now, stop = self._next_instant(), self._stop_at()
+            if now is None or now > stop:
+                # Nothing happens before the run stops: the fleet bills on until then.
+                self.now = stop
+                break
+            self.now = now
+            self._advance(now)
+            self._act(now)
+            self._record(now)
+            if self._settled(now):
+                break
+        if self.progress is not None:
+            self.progress(1.0)
+        return self._result()
+
+    def _next_instant(self) -> int | None:
+        jobs = self.trace.jobs
+        times = [self.events.next_time(), self.policy.wake_at()]
+        if self._next_job < len(jobs):
+            times.append(jobs[self._next_job].arrival)
+        return min((t for t in times if t is not None), default=None)
+
+    def _advance(self, now: int) -> None:
+        for kind, subject in self.events.pop_due(now):
+            if kind is Kind.INSTANCE_RUNNING:
+                self.cloud.show_running(subject)
+            elif kind is Kind.AGENT_REGISTERED:
+                if subject in self.cloud.live:
+                    self.master.connect(subject)
+            else:
+                self.master.finish(*subject)
+        jobs = self.trace.jobs
+        while self._next_job < len(jobs) and jobs[self._next_job].arrival <= now:
+            self.master.submit(jobs[self._next_job])
+            self._next_job += 1
+        self.master.schedule(now)
+
+    def _act(self, now: int) -> None:
+        for _ in range(_MAX_ROUNDS):
+            self.policy.act(now, self.master.take_change())
+            gone = self.cloud.take_terminated()
+            if not gone:
+                return
+            for agent_id in gone:
+                self.master.disconnect(agent_id)
+            self.master.schedule(now)
+
+    def _record(self, now: int) -> None:
+        master = self.master
+        fleet = len(self.cloud.live) * master.slots
+        self.series.record(now, master.busy_slots + master.queued_slots, fleet, master.busy_slots)
+        connected = len(master.agents) * master.slots
+        idle = len(master.idle_agents) * master.slots
+        self.usage.observe(now, fleet, master.busy_slots, connected, idle)
+        if self.progress is not None:
+            span = max(1, self.trace.end - self.trace.start)
+            self.progress(min(1.0, (now - self.trace.start) / span))
+
+    def _stop_at(self) -> int:
+        return self._give_up_at if self._drain_until is None else self._drain_until
+
+    def _settled(self, now: int) -> bool:
+        """Every task that can run here has run, and nothing is left to reap."""
+        if self._next_job < len(self.trace.jobs) or self.master.running:
+            return False
+        if any(task.schedulable for task in self.master.queue):
+            return False
+        if self._drain_until is None:
+            self._drain_until = now + DRAIN
+        live = self.cloud.live
+        return len(live) <= self.pool.provider.min_instances and all(
+            instance_id in self.master.agents for instance_id in live
+        )
+
+    def _result(self) -> PolicyRun:
+        master = self.master
+        self.usage.close(self.now)
+        never = [task for task in master.queue if task.start is None]
+        return PolicyRun(
+            policy=self.policy.name,
+            slots_per_instance=master.slots,
+            billed_instance_seconds=self.cloud.billed_seconds(self.now),
+            waits=sorted(master.waits),
+            never_scheduled=len(never),
+            larger_than_pool=sum(1 for task in never if not task.schedulable),
+            launches=self.cloud.launches,
+            unused_launches=self._unused_launches(),
+            terminations=self.cloud.terminations,
+            requeued=master.requeued,
+            decisions=self.policy.decisions,
+            start=self.trace.start,
+            end=self.now,
+            series=self.series,
+            usage=self.usage,
+        )
+
+    def _unused_launches(self) -> int:
+        master = self.master
+        never_registered = self.cloud.launches - master.connections
+        unused_now = sum(1 for agent in master.agents.values() if not agent.ever_used)
+        return never_registered + master.never_used + unused_now
+
+
+def simulate(
+    trace: Trace,
+    pool: Pool,
+    settings: Settings,
+    policy: str,
+    options: RunOptions | None = None,
+    progress: Progress | None = None,
+) -> PolicyRun:
+    """Replay ``trace`` on ``pool`` under one policy."""
+    return Simulation(trace, pool, settings, policy, options or RunOptions(), progress).run()

@@ -1,0 +1,88 @@
+"""``--sweep FIELD=V1,V2,...``: the same replay for each value of one pool field.
+
+An admin picks a point from cost against p95 wait: a shorter ``max_idle_agent_period``
+bills less idle time and makes more tasks wait for a boot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from dynagent.config import ConfigError, Pool, Settings
+from dynagent.simulate.replay import DEFAULT_PRICE, ProgressFactory, Replay, replay
+from dynagent.simulate.report import format_wait
+from dynagent.simulate.run import POLICIES, RunOptions
+from dynagent.simulate.trace import Trace
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    field: str
+    values: tuple[str, ...]
+
+
+def parse_sweep(text: str) -> SweepSpec:
+    field, sep, values = text.partition("=")
+    choices = tuple(v.strip() for v in values.split(",") if v.strip())
+    if not sep or not field.strip() or not choices:
+        raise ValueError(f"--sweep {text!r}: write it like max_idle_agent_period=1m,5m,10m")
+    return SweepSpec(field.strip(), choices)
+
+
+def pool_with(pool: Pool, field: str, value: str) -> Pool:
+    """The pool with one provider field set to ``value``, checked as the config is."""
+    fields: dict[str, Any] = pool.provider.model_dump()
+    fields[field] = value
+    try:
+        return Pool.model_validate({"name": pool.name, "provider": fields})
+    except ValidationError as error:
+        problems = "; ".join(item["msg"].removeprefix("Value error, ") for item in error.errors())
+        raise ConfigError(f"--sweep {field}={value}: {problems}") from None
+
+
+def sweep(
+    trace: Trace,
+    pool: Pool,
+    settings: Settings,
+    spec: SweepSpec,
+    policies: Sequence[str] = POLICIES,
+    options: RunOptions | None = None,
+    price: float = DEFAULT_PRICE,
+    progress: ProgressFactory | None = None,
+) -> list[tuple[str, Replay]]:
+    """One replay per value, in the order given; every pool is checked before any runs."""
+    if spec.field not in type(pool.provider).model_fields:
+        raise ConfigError(f"--sweep: {spec.field!r} is not a field of the pool's provider")
+    pools = [(value, pool_with(pool, spec.field, value)) for value in spec.values]
+
+    def labelled(value: str) -> ProgressFactory | None:
+        if progress is None:
+            return None
+        return lambda name: progress(f"{name} {value}")
+
+    return [
+        (value, replay(trace, varied, settings, policies, options, price, labelled(value)))
+        for value, varied in pools
+    ]
+
+
+def sweep_table(field: str, points: Sequence[tuple[str, Replay]]) -> str:
+    header = (
+        f"{field:<28}{'policy':<12}{'cost':>14}{'GPU-h/limit':>13}{'wait p95':>10}"
+        f"{'wait mean':>11}{'waited':>8}"
+    )
+    lines = [header]
+    for value, result in points:
+        for column in result.columns:
+            if column.name == "limit":
+                continue
+            lines.append(
+                f"{value:<28}{column.name:<12}{f'${column.cost:,.0f}':>14}"
+                f"{column.vs_limit:>13.4f}{format_wait(column.wait_p95):>10}"
+                f"{format_wait(round(column.wait_mean or 0)):>11}{column.waited or 0:>8.1%}"
+            )
+    return "\n".join(lines)

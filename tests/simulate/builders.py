@@ -1,0 +1,47 @@
+"""Small pools and hand-made traces for the simulator's tests.
+
+The default pool: 8-GPU instances (p4d.24xlarge), 0..4 of them, idle and starting
+periods short enough that a hand-worked answer stays a few lines of arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dynagent.config import Pool, Settings
+from dynagent.simulate.replay import Replay, replay
+from dynagent.simulate.run import PolicyRun, RunOptions, simulate
+from dynagent.simulate.trace import Job, Trace
+
+SETTINGS = Settings()
+
+
+def pool(**overrides: Any) -> Pool:
+    provider: dict[str, Any] = {
+        "type": "aws",
+        "region": "us-east-1",
+        "image_id": "ami-0123456789abcdef0",
+        "instance_type": "p4d.24xlarge",
+        "max_instances": 4,
+        "max_idle_agent_period": "5m",
+        "max_agent_starting_period": "20m",
+    }
+    provider.update(overrides)
+    return Pool.model_validate({"name": "gpu", "provider": provider})
+
+
+def trace(*jobs: tuple[int, int, int]) -> Trace:
+    """Jobs as (arrival, duration, gpus), named job-1, job-2, ... in that order."""
+    made = [Job(f"job-{n}", arrival, duration, gpus) for n, (arrival, duration, gpus) in
+            enumerate(jobs, start=1)]  # fmt: skip
+    return Trace("hand-made", tuple(sorted(made, key=lambda job: job.arrival)))
+
+
+def run(
+    jobs: Trace, policy: str, pool_: Pool | None = None, options: RunOptions | None = None
+) -> PolicyRun:
+    return simulate(jobs, pool_ or pool(), SETTINGS, policy, options or RunOptions())
+
+
+def replay_both(jobs: Trace, pool_: Pool | None = None, **options: Any) -> Replay:
+    return replay(jobs, pool_ or pool(), SETTINGS, options=RunOptions(**options))

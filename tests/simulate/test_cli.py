@@ -1,0 +1,95 @@
+"""``dynagent simulate`` on a tiny trace: the table, the JSON file and the plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dynagent.cli import main
+
+TRACE = "arrival_s,duration_s,gpus\n0,3600,8\n60,1800,4\n7200,600,1\n"
+POOL = """
+resource_pools:
+  - pool_name: small
+    provider:
+      type: aws
+      region: us-east-1
+      image_id: ami-0123456789abcdef0
+      instance_type: p4d.24xlarge
+      max_instances: 3
+      max_idle_agent_period: 5m
+"""
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    (tmp_path / "trace.csv").write_text(TRACE)
+    (tmp_path / "pool.yaml").write_text(POOL)
+    return {name: tmp_path / name for name in ("trace.csv", "pool.yaml", "out.json", "out.html")}
+
+
+def test_it_prints_the_table_and_writes_json_and_a_plot(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
+    args += ["--json", str(files["out.json"]), "--plot", str(files["out.html"])]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "pool small: p4d.24xlarge, 8 GPUs each, 0..3 instances, idle 5m" in out
+    for row in ("billed GPU-hours / limit", "wait p95", "launches", "tasks never scheduled"):
+        assert row in out
+    document = json.loads(files["out.json"].read_text())
+    assert set(document["columns"]) == {"dynagent", "determined", "limit"}
+    ours = document["columns"]["dynagent"]
+    assert ours["wait_max"] == 180 and ours["never_scheduled"] == 0
+    assert ours["cost"] == pytest.approx(ours["instance_hours"] * 32.7726, rel=1e-3)
+    page = files["out.html"].read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2
+    assert "billed GPU-hours / limit" in page  # the table comes along
+
+
+def test_no_config_means_the_default_8_gpu_pool(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", str(files["trace.csv"]), "--policy", "dynagent", "--price", "10"]
+    args += ["--plot", str(files["out.html"]).replace(".html", ".svg")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "pool default: p4d.24xlarge, 8 GPUs each, 0..1000 instances" in out
+    assert "determined" not in out.split("\n\n")[1]
+    assert "$10.00 per instance-hour" in out
+
+
+def test_a_sweep_runs_each_value(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
+    args += ["--sweep", "max_idle_agent_period=1m,20m", "--json", str(files["out.json"])]
+    args += ["--plot", str(files["out.html"])]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("dynagent") == 2 and out.count("determined") == 2
+    points = json.loads(files["out.json"].read_text())["points"]
+    assert [point["value"] for point in points] == ["1m", "20m"]
+    short, long = (point["columns"]["dynagent"]["cost"] for point in points)
+    assert short < long  # a shorter idle period bills less idle time
+    assert "cost against p95 wait" in files["out.html"].read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--plot", "out.png"], "PNG would need a plotting library"),
+        (["--sweep", "max_idle_agent_period"], "write it like"),
+        (["--sweep", "colour=red,blue"], "not a field"),
+        (["--sweep", "max_idle_agent_period=soon"], "not a duration"),
+        (["--heartbeat", "0s"], "--heartbeat"),
+    ],
+)
+def test_mistakes_are_reported_before_any_run(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert main(["simulate", str(files["trace.csv"]), *extra]) == 2
+    assert message in capsys.readouterr().err

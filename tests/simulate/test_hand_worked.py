@@ -1,0 +1,116 @@
+"""Small traces whose right answers are worked out by hand, for both policies.
+
+The pool: 8-GPU instances, at most 4, idle period 5m. The cloud: an instance shows
+running 60 s after launch, its agent registers after 180 s. dynagent reconciles each
+snapshot at once; an idle agent is reaped by the first snapshot (a change, or the 30 s
+heartbeat) at or after idle + 5m. Determined ticks every 5 s: an agent is idle from the
+first tick that sees it so, and reaped at the first tick strictly after that + 5m.
+"""
+
+from __future__ import annotations
+
+from dynagent.simulate.boot import BootModel
+from dynagent.simulate.run import RunOptions
+
+from .builders import pool, replay_both, run, trace
+
+
+def test_one_job() -> None:
+    jobs = trace((0, 3600, 8))
+    # dynagent: launched at 0, agent at 180, the task runs 180..3780; idle from 3780, the
+    # heartbeat at 4080 (a multiple of 30) is 5m later: terminated, billed 0..4080.
+    ours = run(jobs, "dynagent")
+    assert (ours.billed_instance_seconds, ours.waits) == (4080, [180])
+    assert (ours.launches, ours.terminations, ours.unused_launches) == (1, 1, 0)
+    # Its 8 slots: 180 s booting, 3600 s running the task, 300 s idle.
+    usage = ours.usage
+    assert (usage.booting, usage.busy, usage.idle, usage.free) == (8 * 180, 8 * 3600, 8 * 300, 0)
+    # Determined: the tick at 3780 sees it idle; the first tick after 4080 is 4085.
+    theirs = run(jobs, "determined")
+    assert (theirs.billed_instance_seconds, theirs.waits) == (4085, [180])
+    assert (theirs.launches, theirs.terminations) == (1, 1)
+
+
+def test_two_overlapping_jobs_share_one_instance() -> None:
+    # 4 GPUs at 0 and 4 more at 60: the second is packed into the instance on its way.
+    jobs = trace((0, 1000, 4), (60, 1000, 4))
+    ours = run(jobs, "dynagent")
+    # Both start when the agent registers at 180 and end at 1180; reaped at 1500.
+    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (1500, [120, 180], 1)
+    theirs = run(jobs, "determined")
+    # ceil(8 / 8) = 1 wanted, 1 recently launched: nothing more. Reaped at 1485.
+    assert (theirs.billed_instance_seconds, theirs.waits, theirs.launches) == (1485, [120, 180], 1)
+
+
+def test_two_overlapping_jobs_that_need_two_instances() -> None:
+    jobs = trace((0, 1000, 8), (60, 600, 4))
+    ours = run(jobs, "dynagent")
+    # i1: 0..1500 (task 180..1180, idle 5m, heartbeat 1500); i2: launched at 60 for the
+    # second job, which runs 240..840; reaped at 1140: 1080 s. 1500 + 1080 = 2580.
+    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (2580, [180, 180], 2)
+    theirs = run(jobs, "determined")
+    # ceil(12 / 8) = 2 wanted at 60, one on its way: one more. 1485 + (1145 - 60) = 2570.
+    assert (theirs.billed_instance_seconds, theirs.waits, theirs.launches) == (2570, [180, 180], 2)
+    # i2's other 4 slots sat free beside the 4-GPU job for its 600 s.
+    assert theirs.usage.free == 4 * 600
+    assert theirs.usage.total == 8 * theirs.billed_instance_seconds
+
+
+def test_a_gang_takes_whole_instances() -> None:
+    jobs = trace((0, 600, 16))
+    ours = run(jobs, "dynagent")
+    # Two instances at 0, both agents at 180, the job 180..780, both reaped at 1080.
+    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (2 * 1080, [180], 2)
+    theirs = run(jobs, "determined")
+    assert (theirs.billed_instance_seconds, theirs.waits, theirs.launches) == (2 * 1085, [180], 2)
+
+
+def test_a_job_larger_than_the_pool() -> None:
+    # Two instances at most: 32 GPUs needs four, and 12 is not a multiple of 8.
+    small = pool(max_instances=2)
+    jobs = trace((0, 600, 8), (0, 600, 32), (0, 600, 12))
+    ours = run(jobs, "dynagent", small)
+    # dynagent reports both as unschedulable and launches only for the one that fits.
+    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (1080, [180], 1)
+    assert (ours.never_scheduled, ours.larger_than_pool) == (2, 2)
+    theirs = run(jobs, "determined", small)
+    # Determined counts the 32-GPU job in its demand (it only ignores non-multiples), so
+    # it keeps launching agents that can never run it, reaping them idle, until the run
+    # gives up six hours after the last task ended.
+    assert (theirs.never_scheduled, theirs.larger_than_pool) == (2, 2)
+    assert theirs.launches > 20
+    assert theirs.billed_instance_seconds > 20 * ours.billed_instance_seconds
+
+
+def test_a_burst_after_a_long_idle_gap() -> None:
+    big = pool(max_instances=16)
+    jobs = trace((0, 600, 1), *[(10_000, 600, 8)] * 10)
+    ours = run(jobs, "dynagent", big)
+    # The first instance: 0..1080. Nothing is billed in the gap. The burst: ten instances
+    # launched at 10000, tasks 10180..10780, reaped by the heartbeat at 11100.
+    assert ours.billed_instance_seconds == 1080 + 10 * 1100
+    assert (ours.waits, ours.launches) == ([180] * 11, 11)
+    gap = [s for s in ours.series.samples if 1080 <= s[0] < 10_000]
+    assert gap and all(fleet == 0 for _, _, fleet, _ in gap)
+    theirs = run(jobs, "determined", big)
+    assert theirs.billed_instance_seconds == 1085 + 10 * 1085
+    assert (theirs.waits, theirs.launches) == ([180] * 11, 11)
+
+
+def test_slower_boots_add_to_waits_and_bills() -> None:
+    jobs = trace((0, 3600, 8))
+    slow = BootModel(running_after=90, registered_after=300)
+    ours = run(jobs, "dynagent", options=RunOptions(boot=slow))
+    # Agent at 300, task 300..3900, idle until the heartbeat at 4200.
+    assert (ours.billed_instance_seconds, ours.waits) == (4200, [300])
+
+
+def test_the_report_sets_both_beside_the_limit() -> None:
+    result = replay_both(trace((0, 3600, 8)))
+    limit = result.column("limit")
+    assert (limit.gpu_hours, limit.instance_hours) == (8.0, 1.0)
+    ours = result.column("dynagent")
+    assert ours.gpu_hours == 8 * 4080 / 3600
+    assert ours.vs_limit == 4080 / 3600
+    assert (ours.wait_p50, ours.wait_p95, ours.wait_max) == (180, 180, 180)
+    assert result.column("determined").instance_hours == 4085 / 3600

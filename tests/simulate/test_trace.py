@@ -1,0 +1,53 @@
+"""Reading traces: the ITP form of the shared traces, and the plain form."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dynagent.simulate.trace import Job, TraceError, load_trace
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "jobs.csv"
+    path.write_text(text)
+    return path
+
+
+def test_the_itp_form(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "job_id,submission_time,duration,num_gpu\nb,20,600,8\na,10,1200,1\n",
+    )
+    trace = load_trace(path)
+    assert trace.name == "jobs"
+    # In arrival order, whatever the file's order.
+    assert trace.jobs == (Job("a", 10, 1200, 1), Job("b", 20, 600, 8))
+    assert trace.busy_gpu_seconds == 1200 + 8 * 600
+    assert (trace.start, trace.end) == (10, 1210)
+
+
+def test_the_plain_form_names_its_jobs(tmp_path: Path) -> None:
+    trace = load_trace(write(tmp_path, "arrival_s,duration_s,gpus\n0,60.4,2\n5,30,1\n"))
+    assert trace.jobs == (Job("job-1", 0, 60, 2), Job("job-2", 5, 30, 1))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a,b,c\n1,2,3\n", "unknown columns"),
+        ("arrival_s,duration_s,gpus\n", "no jobs"),
+        ("arrival_s,duration_s,gpus\n0,soon,1\n", "line 2"),
+        ("arrival_s,duration_s,gpus\n0,60,0\n", "at least one GPU"),
+        ("arrival_s,duration_s,gpus\n-5,60,1\n", "negative"),
+    ],
+)
+def test_a_bad_trace_says_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        load_trace(write(tmp_path, text))
+
+
+def test_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="cannot read trace"):
+        load_trace(tmp_path / "nope.csv")
