@@ -49,3 +49,12 @@ $(SAM_STAMP): infra/aws/sam-requirements.txt
 sam: $(SAM_STAMP)
 	$(SAM) validate --lint
 	$(SAM) build
+
+# --- Benchmarks (bench/, the README's Performance section) ------------------------------
+# `make bench`: handler CPU, cloud API calls per reconcile against the local AWS, cold
+# starts, and the simulator over the shared traces (../shared/traces/itp, or
+# DYNAGENT_TRACES=dir). Figures and the machine go to bench/results.json; a few minutes.
+BENCH_OUT ?= bench/results.json
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py $(BENCH_OUT)

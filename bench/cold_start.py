@@ -1,0 +1,100 @@
+"""Cold start: importing each function's module in a fresh interpreter, beside a baseline.
+
+A Lambda or Cloud Function pays its module's import on every cold start. Each entry is
+timed as a whole ``python -c`` run (interpreter start included), the median of several
+fresh interpreters, with its baseline timed in turn in the same rounds: for AWS,
+``import boto3`` and creating an EC2 client, the least any boto3 function does; for
+GCP, ``import functions_framework``. An empty interpreter is timed too, for scale.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = 9
+TARGET_RATIO = 1.3
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A function's module (or None, to time the baseline alone) and its baseline."""
+
+    name: str
+    directory: str | None  # put on sys.path, as the platform does
+    module: str | None
+    baseline: str
+
+
+ENTRIES = (
+    Entry(
+        "aws",
+        "functions/aws",
+        "app",
+        "import boto3; boto3.client('ec2', region_name='us-west-2')",
+    ),
+    # The GCP function is being written: add its module here when it lands, e.g.
+    # Entry("gcp", "functions/gcp", "main", "import functions_framework").
+    Entry("gcp", None, None, "import functions_framework"),
+)
+
+
+def import_code(entry: Entry) -> str | None:
+    if entry.module is None or entry.directory is None:
+        return None
+    return f"import sys; sys.path.insert(0, {str(ROOT / entry.directory)!r}); import {entry.module}"
+
+
+def timed_run(code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    return (time.perf_counter() - start) * 1000
+
+
+def measure(entry: Entry) -> dict[str, Any]:
+    code = import_code(entry)
+    times: dict[str, list[float]] = {"module": [], "baseline": [], "empty": []}
+    for _ in range(RUNS):
+        if code is not None:
+            times["module"].append(timed_run(code))
+        times["baseline"].append(timed_run(entry.baseline))
+        times["empty"].append(timed_run("pass"))
+    result: dict[str, Any] = {
+        "module": f"{entry.directory}/{entry.module}.py" if code else None,
+        "baseline": entry.baseline,
+        "runs": RUNS,
+        "baseline_ms": round(statistics.median(times["baseline"]), 1),
+        "empty_interpreter_ms": round(statistics.median(times["empty"]), 1),
+    }
+    if code is not None:
+        module_ms = statistics.median(times["module"])
+        result["module_ms"] = round(module_ms, 1)
+        result["ratio_to_baseline"] = round(module_ms / result["baseline_ms"], 2)
+        result["ratio_met"] = result["ratio_to_baseline"] <= TARGET_RATIO
+    return result
+
+
+def run() -> dict[str, Any]:
+    results = {}
+    for entry in ENTRIES:
+        results[entry.name] = found = measure(entry)
+        if "module_ms" in found:
+            print(
+                f"  {entry.name}: import {found['module']} {found['module_ms']} ms, "
+                f"baseline {found['baseline_ms']} ms: {found['ratio_to_baseline']}x",
+                flush=True,
+            )
+        else:
+            print(f"  {entry.name}: baseline only, {found['baseline_ms']} ms", flush=True)
+    return {"functions": results, "target_ratio_at_most": TARGET_RATIO}
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))
