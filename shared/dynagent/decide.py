@@ -112,8 +112,9 @@ class _Survey:
 
     # (idle since, instance id): idle for max_idle_agent_period or longer.
     idle: list[tuple[datetime, str]] = field(default_factory=list)
-    # Live, not connected and never registered: capacity on its way.
-    starting: list[str] = field(default_factory=list)
+    # Live instances with nothing on them: launched and not registered yet (capacity on
+    # its way), or connected agents that are idle. Pending tasks go there first.
+    empty: list[str] = field(default_factory=list)
     # (instance id, its mark changes), for instances whose marks the snapshot changes.
     marks: list[tuple[str, list[tuple[Mark, datetime | None, str]]]] = field(default_factory=list)
 
@@ -131,7 +132,7 @@ def decide(
     survey = _walk_fleet(ctx)
     _reap_idle(ctx, survey.idle)
     _trim_to_max(ctx)
-    launches, demand = _launches(ctx, survey.starting)
+    launches, demand = _launches(ctx, survey.empty)
     provider = ctx.provider
     return Plan(
         pool=pool.name,
@@ -151,14 +152,14 @@ def decide(
     )
 
 
-def _launches(ctx: _Context, starting: list[str]) -> tuple[tuple[Launch, ...], Demand]:
+def _launches(ctx: _Context, empty: list[str]) -> tuple[tuple[Launch, ...], Demand]:
     """New instances for pending tasks, then up to min_instances."""
     provider = ctx.provider
     live = _live_count(ctx)
     demand = pack(
         ctx.snapshot.pending if ctx.snapshot else (),
         provider.slots_per_instance,
-        _arriving_count(ctx, starting),
+        _empty_count(ctx, empty),
         room=max(0, provider.max_instances - live),
         max_instances=provider.max_instances,
     )
@@ -238,8 +239,8 @@ def _walk_fleet(ctx: _Context) -> _Survey:
         since = _idle_since(ctx, instance, agent)
         if since is not None and since <= cutoff:
             survey.idle.append((since, instance.id))
-        if agent is None and instance.registered_at is None:
-            survey.starting.append(instance.id)
+        if (agent is None and instance.registered_at is None) or (agent is not None and agent.idle):
+            survey.empty.append(instance.id)
         if with_snapshot and not marked:
             changes = _mark_changes(instance, agent, ctx.seen_at)
             if changes:
@@ -353,9 +354,15 @@ def _live_count(ctx: _Context) -> int:
     return ctx.kept_count + sum(1 for r in requests if _request_is_capacity(ctx, r))
 
 
-def _arriving_count(ctx: _Context, starting: list[str]) -> int:
-    """Capacity on its way: live instances not registered yet, and spot requests."""
-    instances = sum(1 for instance_id in starting if instance_id not in ctx.terminations)
+def _empty_count(ctx: _Context, empty: list[str]) -> int:
+    """Instances pending tasks can go to before new ones: those not registered yet and
+    idle agents, if this plan keeps them, and spot requests.
+
+    An idle agent counts because a pending task that fits on it is the master's to place
+    (the snapshot caught it just before), and a task larger than one instance can take
+    it as one of its whole instances.
+    """
+    instances = sum(1 for instance_id in empty if instance_id not in ctx.terminations)
     return instances + sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
 
 

@@ -115,6 +115,25 @@ SCENARIOS = [
         launches={"pending tasks: t1": 1},
     ),
     Scenario(
+        "an idle agent takes a pending task that fits: the master is about to place it",
+        fleet=fleet(agent_instance("i-idle", idle_since=ago(2))),
+        snapshot=pending(("t1", 2), agents=(idle("i-idle"),)),
+    ),
+    Scenario(
+        "a gang task counts an idle agent as one of its whole instances",
+        pool={"max_instances": 2},
+        fleet=fleet(agent_instance("i-idle", idle_since=ago(2))),
+        snapshot=pending(("big", 8), agents=(idle("i-idle"),)),
+        launches={"pending tasks: big": 1},
+    ),
+    Scenario(
+        "an idle agent reaped in this pass is not capacity for demand",
+        fleet=fleet(agent_instance("i-idle", idle_since=ago(25))),
+        snapshot=pending(("t1", 4), agents=(idle("i-idle"),)),
+        terminate={"i-idle": "max_idle_agent_period"},
+        launches={"pending tasks: t1": 1},
+    ),
+    Scenario(
         "a gang task takes whole instances",
         snapshot=pending(("big", 8)),
         launches={"pending tasks: big": 2},
