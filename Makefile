@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench sam clean
+.PHONY: demo demo-gcp test lint typecheck unit bench sam clean
 
 # The project's virtual environment, rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -16,11 +16,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/dynagent demo
 
+# The same day on GCP: a local Compute Engine and the gcloud SDK's Pub/Sub emulator.
+demo-gcp: $(STAMP)
+	$(BIN)/dynagent demo --cloud gcp
+
 test: lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check shared functions tests
-	$(BIN)/ruff format --check shared functions tests
+	$(BIN)/ruff check shared functions tests bench infra
+	$(BIN)/ruff format --check shared functions tests bench infra
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

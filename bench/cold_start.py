@@ -4,7 +4,9 @@ A Lambda or Cloud Function pays its module's import on every cold start. Each en
 timed as a whole ``python -c`` run (interpreter start included), the median of several
 fresh interpreters, with its baseline timed in turn in the same rounds: for AWS,
 ``import boto3`` and creating an EC2 client, the least any boto3 function does; for
-GCP, ``import functions_framework``. An empty interpreter is timed too, for scale.
+GCP, ``import functions_framework``. An empty interpreter is timed too, for scale. On
+GCP, ``google.cloud.compute_v1`` alone is timed as well: it is what the function must
+keep off its import path (it loads only when a pass reaches Compute Engine).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class Entry:
     directory: str | None  # put on sys.path, as the platform does
     module: str | None
     baseline: str
+    target: float | None = None  # the most module/baseline may be, where the issue sets one
+    # Other imports timed in the same rounds, for scale: (label, code).
+    also: tuple[tuple[str, str], ...] = ()
 
 
 ENTRIES = (
@@ -39,10 +44,15 @@ ENTRIES = (
         "functions/aws",
         "app",
         "import boto3; boto3.client('ec2', region_name='us-west-2')",
+        target=TARGET_RATIO,
     ),
-    # The GCP function is being written: add its module here when it lands, e.g.
-    # Entry("gcp", "functions/gcp", "main", "import functions_framework").
-    Entry("gcp", None, None, "import functions_framework"),
+    Entry(
+        "gcp",
+        "functions/gcp",
+        "main",
+        "import functions_framework",
+        also=(("compute_v1", "from google.cloud import compute_v1"),),
+    ),
 )
 
 
@@ -66,6 +76,8 @@ def measure(entry: Entry) -> dict[str, Any]:
             times["module"].append(timed_run(code))
         times["baseline"].append(timed_run(entry.baseline))
         times["empty"].append(timed_run("pass"))
+        for label, extra in entry.also:
+            times.setdefault(label, []).append(timed_run(extra))
     result: dict[str, Any] = {
         "module": f"{entry.directory}/{entry.module}.py" if code else None,
         "baseline": entry.baseline,
@@ -73,11 +85,14 @@ def measure(entry: Entry) -> dict[str, Any]:
         "baseline_ms": round(statistics.median(times["baseline"]), 1),
         "empty_interpreter_ms": round(statistics.median(times["empty"]), 1),
     }
+    for label, _ in entry.also:
+        result[f"{label}_ms"] = round(statistics.median(times[label]), 1)
     if code is not None:
         module_ms = statistics.median(times["module"])
         result["module_ms"] = round(module_ms, 1)
         result["ratio_to_baseline"] = round(module_ms / result["baseline_ms"], 2)
-        result["ratio_met"] = result["ratio_to_baseline"] <= TARGET_RATIO
+        if entry.target is not None:
+            result["ratio_met"] = result["ratio_to_baseline"] <= entry.target
     return result
 
 
@@ -88,7 +103,8 @@ def run() -> dict[str, Any]:
         if "module_ms" in found:
             print(
                 f"  {entry.name}: import {found['module']} {found['module_ms']} ms, "
-                f"baseline {found['baseline_ms']} ms: {found['ratio_to_baseline']}x",
+                f"baseline {found['baseline_ms']} ms: {found['ratio_to_baseline']}x"
+                + "".join(f", {label} {found[f'{label}_ms']} ms" for label, _ in entry.also),
                 flush=True,
             )
         else:

@@ -53,8 +53,14 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=_plan)
 
-    demo = commands.add_parser("demo", help="a scripted day of a master, on a local AWS")
+    demo = commands.add_parser("demo", help="a scripted day of a master, on a local cloud")
     demo.add_argument("--quiet", action="store_true", help="only the final fleet table")
+    demo.add_argument(
+        "--cloud",
+        choices=("aws", "gcp"),
+        default="aws",
+        help="aws: moto on loopback; gcp: a local Compute Engine and the Pub/Sub emulator",
+    )
     demo.set_defaults(run=_demo)
 
     simulate_command.add_parser(commands)
@@ -124,7 +130,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from dynagent.demo import run_demo
 
-    return run_demo(quiet=args.quiet)
+    return run_demo(quiet=args.quiet, cloud=args.cloud)
 
 
 if __name__ == "__main__":

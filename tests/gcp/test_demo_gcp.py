@@ -28,5 +28,5 @@ def test_the_gcp_demo_tells_the_same_story(pytestconfig: pytest.Config) -> None:
     assert re.search(r"sweep +terminate det-agent-gpu-t4-\S+: idle for 10m", text)
     table = text.split("Fleet at the end")[1].split("Dead letters")[0]
     rows = [line for line in table.splitlines() if line.strip().startswith("det-agent-")]
-    assert len(rows) == 5 and all(" deleted " in row for row in rows)
+    assert len(rows) == 6 and all(" deleted " in row for row in rows)
     assert text.rstrip().endswith("local GCP stopped.")
