@@ -175,3 +175,16 @@ def test_names_stay_valid_for_long_pools_and_sweep_keys(compute: LocalCompute, c
     result = provider.launch(plan)
     assert result.error is None and len(result.started) == count
     assert all(len(name) <= 63 for name in result.started)
+
+
+def test_every_status_the_api_lists_is_mapped() -> None:
+    import json
+    from pathlib import Path
+
+    import googleapiclient
+
+    from dynagent.gcp.labels import INSTANCE_STATES
+
+    documents = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
+    schema = json.loads((documents / "compute.v1.json").read_text())["schemas"]["Instance"]
+    assert set(schema["properties"]["status"]["enum"]) == set(INSTANCE_STATES)

@@ -16,16 +16,21 @@ LAUNCH_KEY_LABEL = "dynagent-launch-key"
 MARK_LABELS = {mark: f"dynagent-{mark.value}" for mark in Mark}
 _MARK_BY_LABEL = {label: mark for mark, label in MARK_LABELS.items()}
 
-# Compute Engine instance statuses, mapped once. TERMINATED is a stopped or preempted
-# VM: it bills for its disks and holds its name, so the decision deletes it.
+# Compute Engine instance statuses (every one the compute.v1 API lists), mapped once.
+# TERMINATED is a stopped or preempted VM: it bills for its disks and holds its name,
+# so the decision deletes it. DEPROVISIONING is a VM on its way out: not capacity.
 INSTANCE_STATES = {
+    "PENDING": InstanceState.STARTING,
     "PROVISIONING": InstanceState.STARTING,
     "STAGING": InstanceState.STARTING,
     "RUNNING": InstanceState.RUNNING,
     "REPAIRING": InstanceState.RUNNING,
+    "PENDING_STOP": InstanceState.STOPPING,
     "STOPPING": InstanceState.STOPPING,
     "SUSPENDING": InstanceState.STOPPING,
+    "DEPROVISIONING": InstanceState.STOPPING,
     "SUSPENDED": InstanceState.STOPPED,
+    "STOPPED": InstanceState.STOPPED,
     "TERMINATED": InstanceState.STOPPED,
 }
 
