@@ -11,13 +11,17 @@ The Google client libraries are imported only when a GCP fixture is first used.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import emulators
+
 if TYPE_CHECKING:
     from dynagent.local.gce import LocalCompute
+    from dynagent.local.pubsub import PubSubEmulator
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +56,32 @@ def operations_client(compute: LocalCompute) -> Iterator[Any]:
     client = compute.zone_operations_client()
     yield client
     client.transport.close()
+
+
+# The Pub/Sub emulator: one for the session, started by the first test that asks for it.
+
+
+@pytest.fixture(scope="session")
+def pubsub_emulator(pytestconfig: pytest.Config) -> PubSubEmulator:
+    return emulators.session_pubsub_emulator(pytestconfig)
+
+
+@pytest.fixture
+def names() -> Callable[[str], str]:
+    """Unique resource names, so tests sharing the session's emulator never collide."""
+    suffix = uuid.uuid4().hex[:8]
+    return lambda name: f"{name}-{suffix}"
+
+
+@pytest.fixture
+def publisher(pubsub_emulator: PubSubEmulator) -> Any:
+    from google.cloud import pubsub_v1
+
+    # Ordering, as dynagent's publisher does: one pool's snapshots stay in order.
+    options = pubsub_v1.types.PublisherOptions(enable_message_ordering=True)
+    return pubsub_emulator.publisher(publisher_options=options)
+
+
+@pytest.fixture
+def subscriber(pubsub_emulator: PubSubEmulator) -> Any:
+    return pubsub_emulator.subscriber()

@@ -5,7 +5,6 @@ for the rules that need an aged fleet."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,36 +20,11 @@ from dynagent.local.gce import LocalCompute
 from dynagent.local.pubsub import PubSubEmulator
 from dynagent.local.pubsub_events import message_event
 
-from . import emulators
 from .helpers import config, gcp_pool_document, managed, now, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = ROOT / "functions" / "gcp" / "main.py"
 DELIVERY_TIMEOUT = 30.0
-
-
-@pytest.fixture(scope="session")
-def pubsub_emulator(pytestconfig: pytest.Config) -> PubSubEmulator:
-    return emulators.session_pubsub_emulator(pytestconfig)
-
-
-@pytest.fixture
-def names() -> Callable[[str], str]:
-    suffix = uuid.uuid4().hex[:8]
-    return lambda name: f"{name}-{suffix}"
-
-
-@pytest.fixture
-def publisher(pubsub_emulator: PubSubEmulator) -> Any:
-    from google.cloud import pubsub_v1
-
-    options = pubsub_v1.types.PublisherOptions(enable_message_ordering=True)
-    return pubsub_emulator.publisher(publisher_options=options)
-
-
-@pytest.fixture
-def subscriber(pubsub_emulator: PubSubEmulator) -> Any:
-    return pubsub_emulator.subscriber()
 
 
 @pytest.fixture

@@ -17,8 +17,7 @@ import re
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,32 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ECHO_SOURCE = Path(__file__).with_name("echo_function.py")
 MESSAGE_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 DELIVERY_TIMEOUT = 30.0
-
-
-@pytest.fixture(scope="session")
-def pubsub_emulator(pytestconfig: pytest.Config) -> PubSubEmulator:
-    return emulators.session_pubsub_emulator(pytestconfig)
-
-
-@pytest.fixture
-def names() -> Callable[[str], str]:
-    """Unique resource names, so tests sharing the session's emulator never collide."""
-    suffix = uuid.uuid4().hex[:8]
-    return lambda name: f"{name}-{suffix}"
-
-
-@pytest.fixture
-def publisher(pubsub_emulator: PubSubEmulator) -> Any:
-    from google.cloud import pubsub_v1
-
-    # Ordering, as dynagent's publisher does: one pool's snapshots stay in order.
-    options = pubsub_v1.types.PublisherOptions(enable_message_ordering=True)
-    return pubsub_emulator.publisher(publisher_options=options)
-
-
-@pytest.fixture
-def subscriber(pubsub_emulator: PubSubEmulator) -> Any:
-    return pubsub_emulator.subscriber()
 
 
 @pytest.fixture
