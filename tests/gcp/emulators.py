@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -70,3 +71,18 @@ def session_pubsub_emulator(config: pytest.Config) -> PubSubEmulator:
         config.stash[_EMULATOR] = emulator
         config.add_cleanup(emulator.stop)
     return emulator
+
+
+def push_subscription(
+    emulator: PubSubEmulator, subscriber: Any, topic: str, endpoint: str, name: str
+) -> None:
+    """A push subscription on ``topic`` to ``endpoint``, in order per ordering key, as
+    Eventarc's trigger pushes to a Cloud Function."""
+    subscriber.create_subscription(
+        request={
+            "name": emulator.subscription_path(name),
+            "topic": topic,
+            "push_config": {"push_endpoint": endpoint},
+            "enable_message_ordering": True,
+        }
+    )

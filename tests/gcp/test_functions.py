@@ -20,6 +20,7 @@ from dynagent.local.gce import LocalCompute
 from dynagent.local.pubsub import PubSubEmulator
 from dynagent.local.pubsub_events import message_event
 
+from . import emulators
 from .helpers import config, gcp_pool_document, managed, now, snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,13 +92,9 @@ def reconcile_server(
         "DYNAGENT_COMPUTE_ENDPOINT": compute.endpoint,
     }
     with FunctionServer(MAIN, "reconcile", env) as server:
-        subscriber.create_subscription(
-            request={
-                "name": pubsub_emulator.subscription_path(names("push")),
-                "topic": topics["snapshots"],
-                "push_config": {"push_endpoint": server.push_endpoint(topics["snapshots"])},
-                "enable_message_ordering": True,
-            }
+        endpoint = server.push_endpoint(topics["snapshots"])
+        emulators.push_subscription(
+            pubsub_emulator, subscriber, topics["snapshots"], endpoint, names("push")
         )
         yield server
 

@@ -225,30 +225,29 @@ def test_function_server_reports_a_missing_target() -> None:
 # --------------------------------------------------------------------------------------
 
 
-def _push_subscription(
-    emulator: PubSubEmulator, subscriber: Any, topic: str, endpoint: str, name: str
-) -> None:
-    subscriber.create_subscription(
-        request={
-            "name": emulator.subscription_path(name),
-            "topic": topic,
-            "push_config": {"push_endpoint": endpoint},
-            "enable_message_ordering": True,
-        }
-    )
-
-
-def test_a_published_message_reaches_the_function_as_a_cloud_event(
+@pytest.fixture
+def echo_topic(
     pubsub_emulator: PubSubEmulator,
     publisher: Any,
     subscriber: Any,
     echo: tuple[FunctionServer, Path],
     names: Any,
-) -> None:
-    server, record = echo
+) -> str:
+    """A new topic whose messages are pushed, in order, to the echo function."""
+    server, _ = echo
     topic = pubsub_emulator.topic_path(names("snapshots"))
     publisher.create_topic(name=topic)
-    _push_subscription(pubsub_emulator, subscriber, topic, server.push_endpoint(topic), names("p"))
+    emulators.push_subscription(
+        pubsub_emulator, subscriber, topic, server.push_endpoint(topic), names("p")
+    )
+    return topic
+
+
+def test_a_published_message_reaches_the_function_as_a_cloud_event(
+    publisher: Any, echo: tuple[FunctionServer, Path], echo_topic: str
+) -> None:
+    server, record = echo
+    topic = echo_topic
 
     body = json.dumps({"type": "pool.snapshot", "pool": "a100", "seq": 7})
     message_id = publisher.publish(
@@ -268,16 +267,10 @@ def test_a_published_message_reaches_the_function_as_a_cloud_event(
 
 
 def test_one_ordering_key_is_delivered_in_order_one_at_a_time(
-    pubsub_emulator: PubSubEmulator,
-    publisher: Any,
-    subscriber: Any,
-    echo: tuple[FunctionServer, Path],
-    names: Any,
+    publisher: Any, echo: tuple[FunctionServer, Path], echo_topic: str
 ) -> None:
     server, record = echo
-    topic = pubsub_emulator.topic_path(names("snapshots"))
-    publisher.create_topic(name=topic)
-    _push_subscription(pubsub_emulator, subscriber, topic, server.push_endpoint(topic), names("p"))
+    topic = echo_topic
 
     publisher.publish(topic, b"a100:1", ordering_key="a100", sleep="0.5")
     publisher.publish(topic, b"a100:2", ordering_key="a100")
@@ -291,16 +284,10 @@ def test_one_ordering_key_is_delivered_in_order_one_at_a_time(
 
 
 def test_a_failed_delivery_is_pushed_again_and_holds_back_its_key(
-    pubsub_emulator: PubSubEmulator,
-    publisher: Any,
-    subscriber: Any,
-    echo: tuple[FunctionServer, Path],
-    names: Any,
+    publisher: Any, echo: tuple[FunctionServer, Path], echo_topic: str
 ) -> None:
     server, record = echo
-    topic = pubsub_emulator.topic_path(names("snapshots"))
-    publisher.create_topic(name=topic)
-    _push_subscription(pubsub_emulator, subscriber, topic, server.push_endpoint(topic), names("p"))
+    topic = echo_topic
 
     publisher.publish(topic, b"flaky", ordering_key="a100", fail="once")
     publisher.publish(topic, b"after", ordering_key="a100").result(timeout=10)
@@ -328,7 +315,7 @@ def test_the_real_reconcile_sets_an_invalid_snapshot_aside_on_the_dead_letter_to
     }
     with FunctionServer(ROOT / "functions" / "gcp" / "main.py", "reconcile", env) as server:
         endpoint = server.push_endpoint(snapshots)
-        _push_subscription(pubsub_emulator, subscriber, snapshots, endpoint, names("p"))
+        emulators.push_subscription(pubsub_emulator, subscriber, snapshots, endpoint, names("p"))
         body = b'{"type": "pool.snapshot", "version": 99, "pool": "t4"}'
         publisher.publish(snapshots, body, ordering_key="t4").result(timeout=10)
 
