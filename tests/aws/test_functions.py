@@ -233,3 +233,18 @@ def test_registration_and_idleness_are_recorded_and_reaped(
     ec2.create_tags(Resources=[agent], Tags=[{"Key": "dynagent:idle-since", "Value": old}])
     app.sweep({}, LambdaContext())
     assert managed_instances(ec2) == []
+
+
+def test_a_warm_function_describes_each_image_once(
+    aws: Any, ec2: Any, sqs: Any, queues: Any
+) -> None:
+    functions = AwsFunctions(
+        config(pool_document(image_id(ec2))), ec2_for_region=lambda region: ec2
+    )
+    aws.clear_calls()
+    # The second snapshot's first task fits the instance still starting; its second not.
+    for seq, tasks in ((1, [("a", 8)]), (2, [("a", 8), ("b", 8)])):
+        event = published_event(sqs, queues[0], snapshot(seq, pending=tasks))
+        functions.reconcile_batch(event, LambdaContext())
+    assert aws.calls().count("RunInstances") == 2
+    assert aws.calls().count("DescribeImages") == 1

@@ -69,6 +69,7 @@ class Ec2Provider:
         settings: Settings | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
+        root_devices: dict[str, str] | None = None,
     ) -> None:
         if not isinstance(pool.provider, AwsProvider):
             raise TypeError(f"pool {pool.name!r} is not an AWS pool")
@@ -78,7 +79,9 @@ class Ec2Provider:
         self.settings = settings or Settings()
         self.clock = clock
         self.sleep = sleep
-        self._root_device: str | None = None
+        # Image id -> its root device. An AMI never changes, so a warm function shares
+        # one of these across its passes and describes each image once.
+        self.root_devices = root_devices if root_devices is not None else {}
         # EC2's largest page, so a 1,000-instance pool is one DescribeInstances call.
         self.page_size = 1000
         self.max_ids_per_call = MAX_IDS_PER_CALL
@@ -216,10 +219,13 @@ class Ec2Provider:
 
     def _root_device_name(self) -> str:
         """The image's root device, so the size applies to the root volume itself."""
-        if self._root_device is None:
-            images = self.ec2.describe_images(ImageIds=[self.config.image_id])["Images"]
-            self._root_device = images[0].get("RootDeviceName", "/dev/sda1") if images else None
-        return self._root_device or "/dev/sda1"
+        image = self.config.image_id
+        if image not in self.root_devices:
+            images = self.ec2.describe_images(ImageIds=[image])["Images"]
+            if not images:
+                return "/dev/sda1"  # the launch itself will say the image is missing
+            self.root_devices[image] = images[0].get("RootDeviceName", "/dev/sda1")
+        return self.root_devices[image]
 
     def _tag_specifications(self, launch_key: str, kinds: Sequence[str]) -> list[dict[str, Any]]:
         pool = self.pool.name

@@ -49,6 +49,8 @@ class AwsFunctions:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
     logger: Any = field(default_factory=lambda: logging.getLogger("dynagent"))
+    # Shared by every pass of a warm function: each AMI's root device, described once.
+    root_devices: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_environment(cls, logger: Any) -> AwsFunctions:
@@ -76,6 +78,7 @@ class AwsFunctions:
             self.config.settings,
             clock=self.clock,
             sleep=self.sleep,
+            root_devices=self.root_devices,
         )
 
     # The reconcile function
