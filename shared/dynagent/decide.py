@@ -16,7 +16,8 @@ from datetime import datetime
 from dynagent.config import Pool, ProviderConfig, Settings
 from dynagent.durations import format_duration
 from dynagent.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
-from dynagent.packing import Demand, pack
+from dynagent.offerings import Catalog, Shape
+from dynagent.packing import Demand, Existing, pack
 from dynagent.plan import (
     Adoption,
     Cancellation,
@@ -65,9 +66,14 @@ class _Context:
     connected: list[Agent | None] = field(init=False)
     # When the snapshot saw what it says (never later than now).
     seen_at: datetime = field(init=False)
+    # What the pool may buy now, less what the cloud recently had no capacity for.
+    catalog: Catalog = field(init=False)
+    shapes: tuple[Shape, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         self.seen_at = min(self.snapshot.time, self.now) if self.snapshot else self.now
+        self.catalog = self.pool.provider.catalog(self.fleet.spot_prices, self.fleet.unavailable)
+        self.shapes = self.catalog.shapes()
         instances = self.fleet.instances
         if self.snapshot:
             self.agents = {agent.id: agent for agent in self.snapshot.agents}
@@ -100,6 +106,23 @@ class _Context:
     def kept(self, instance: Instance) -> bool:
         return instance.live and instance.id not in self.terminations
 
+    def slots(self, instance: Instance, agent: Agent | None) -> int:
+        """Slots of an instance: its agent's, or its type's."""
+        if agent is not None:
+            return agent.slots
+        default = self.provider.slots_per_instance
+        return self.catalog.slots_of(instance.instance_type, default)
+
+    def price(self, instance: Instance) -> float:
+        """What an instance costs per hour, by its type and purchase."""
+        instance_type = instance.instance_type or self.catalog.offerings[0].instance_type
+        return self.catalog.price_of(instance_type, instance.spot)
+
+    @property
+    def smallest(self) -> Shape | None:
+        """The shape warm headroom is kept on: the pool's smallest available."""
+        return self.shapes[0] if self.shapes else None
+
 
 @dataclass
 class _Survey:
@@ -112,9 +135,10 @@ class _Survey:
 
     # (idle since, instance id): idle for max_idle_agent_period or longer.
     idle: list[tuple[datetime, str]] = field(default_factory=list)
-    # Live instances with nothing on them: launched and not registered yet (capacity on
-    # its way), or connected agents that are idle. Pending tasks go there first.
-    empty: list[str] = field(default_factory=list)
+    # Live instances with free slots, and how many: launched and not registered yet
+    # (capacity on its way), idle agents, and agents with slots to spare. Pending tasks
+    # go there first.
+    room: list[tuple[str, Existing]] = field(default_factory=list)
     # (instance id, its mark changes), for instances whose marks the snapshot changes.
     marks: list[tuple[str, list[tuple[Mark, datetime | None, str]]]] = field(default_factory=list)
 
@@ -130,10 +154,9 @@ def decide(
     ctx = _Context(pool, fleet, snapshot, now, settings or Settings())
     _review_spot_requests(ctx)
     survey = _walk_fleet(ctx)
-    _reap_idle(ctx, survey.idle)
+    _reap_idle(ctx, survey.idle, survey.room)
     _trim_to_max(ctx)
-    launches, demand = _launches(ctx, survey.empty)
-    provider = ctx.provider
+    launches, demand = _launches(ctx, survey.room)
     return Plan(
         pool=pool.name,
         launch_key=_launch_key(pool.name, snapshot, now),
@@ -145,33 +168,79 @@ def decide(
         adoptions=tuple(ctx.adoptions),
         marks=_mark_writes(ctx, survey.marks),
         unschedulable=tuple(demand.unschedulable),
-        waiting=tuple(
-            f"{task.task} ({task.slots} slots): pool is at max_instances ({provider.max_instances})"
-            for task in demand.waiting
-        ),
+        waiting=tuple(f"{task.task} ({task.slots} slots): {why}" for task, why in demand.waiting),
     )
 
 
-def _launches(ctx: _Context, empty: list[str]) -> tuple[tuple[Launch, ...], Demand]:
-    """New instances for pending tasks, then up to min_instances."""
+def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[Launch, ...], Demand]:
+    """New machines for pending tasks, then up to min_instances, then warm headroom."""
     provider = ctx.provider
     live = _live_count(ctx)
+    existing = _existing(ctx, room)
     demand = pack(
         ctx.snapshot.pending if ctx.snapshot else (),
-        provider.slots_per_instance,
-        _empty_count(ctx, empty),
+        ctx.shapes,
+        existing,
         room=max(0, provider.max_instances - live),
         max_instances=provider.max_instances,
+        largest_slots=provider.slots_per_instance,
     )
+    catalog = ctx.catalog
     launches = [
-        Launch(reason=f"pending tasks: {', '.join(tasks)}", tasks=tuple(tasks))
-        for tasks in demand.new_instances
+        Launch(
+            reason=f"pending tasks: {', '.join(machine.tasks)}",
+            tasks=tuple(machine.tasks),
+            offerings=catalog.fallbacks(machine.shape),
+        )
+        for machine in demand.new_machines
     ]
+    smallest = ctx.smallest
+    if smallest is None:
+        return tuple(launches), demand
     below_min = provider.min_instances - live - len(launches)
     launches += [
-        Launch(reason=f"keep min_instances ({provider.min_instances})") for _ in range(below_min)
-    ]
+        Launch(
+            reason=f"keep min_instances ({provider.min_instances})",
+            offerings=catalog.fallbacks(smallest),
+        )
+    ] * max(0, below_min)
+    launches += _headroom(ctx, demand, smallest, live + len(launches))
     return tuple(launches), demand
+
+
+def _existing(ctx: _Context, room: list[tuple[str, Existing]]) -> list[Existing]:
+    """Machines pending tasks can go to before new ones, if this plan keeps them: those
+    not registered yet, agents with free slots, and spot requests.
+
+    An idle agent counts because a pending task that fits on it is the master's to place
+    (the snapshot caught it just before), and a task larger than one instance can take
+    it as one of its whole instances.
+    """
+    existing = [machine for instance_id, machine in room if instance_id not in ctx.terminations]
+    slots = ctx.provider.slots_per_instance
+    requests = sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
+    return existing + [Existing(slots, slots)] * requests
+
+
+def _headroom(ctx: _Context, demand: Demand, smallest: Shape, live: int) -> list[Launch]:
+    """Machines of the smallest shape to keep ``warm_headroom_slots`` free slots."""
+    provider = ctx.provider
+    wanted = provider.warm_headroom_slots
+    if not wanted or smallest.slots <= 0:
+        return []
+    free = sum(f for slots, f in demand.free_after if slots == smallest.slots)
+    free += sum(
+        m.shape.slots - m.used for m in demand.new_machines if m.shape.slots == smallest.slots
+    )
+    missing = -(-(wanted - free) // smallest.slots)
+    count = min(missing, provider.max_instances - live)
+    if count <= 0:
+        return []
+    launch = Launch(
+        reason=f"keep warm_headroom_slots ({wanted}): {free} free on {smallest.instance_type}",
+        offerings=ctx.catalog.fallbacks(smallest),
+    )
+    return [launch] * count
 
 
 def _launch_key(pool: str, snapshot: Snapshot | None, now: datetime) -> str:
@@ -235,12 +304,19 @@ def _walk_fleet(ctx: _Context) -> _Survey:
         if agent is not None:
             marked = _marks_say(instance.marks, agent)
             if marked and agent.used_slots:
-                continue  # busy, and its marks say so: the common case, nothing to note
+                # Busy, and its marks say so: the common case; only spare slots to note.
+                if agent.used_slots < agent.slots:
+                    spare = Existing(agent.slots, agent.slots - agent.used_slots)
+                    survey.room.append((instance.id, spare))
+                continue
         since = _idle_since(ctx, instance, agent)
         if since is not None and since <= cutoff:
             survey.idle.append((since, instance.id))
-        if (agent is None and instance.registered_at is None) or (agent is not None and agent.idle):
-            survey.empty.append(instance.id)
+        if agent is None and instance.registered_at is None:
+            slots = ctx.slots(instance, None)
+            survey.room.append((instance.id, Existing(slots, slots)))
+        elif agent is not None and agent.used_slots < agent.slots:
+            survey.room.append((instance.id, Existing(agent.slots, agent.slots - agent.used_slots)))
         if with_snapshot and not marked:
             changes = _mark_changes(instance, agent, ctx.seen_at)
             if changes:
@@ -286,20 +362,49 @@ def _idle_since(ctx: _Context, instance: Instance, agent: Agent | None) -> datet
     return instance.idle_since
 
 
-def _reap_idle(ctx: _Context, idle: list[tuple[datetime, str]]) -> None:
-    """Terminate agents idle past max_idle_agent_period, oldest idle first, not below min."""
+def _reap_idle(
+    ctx: _Context, idle: list[tuple[datetime, str]], room: list[tuple[str, Existing]]
+) -> None:
+    """Terminate agents idle past max_idle_agent_period, not below min_instances: the
+    costliest first (they save most), then the oldest idle; machines of the smallest
+    shape only while the warm headroom stays."""
     provider = ctx.provider
     limit = provider.max_idle_agent_period
     live = _live_count(ctx)
-    for since, instance_id in sorted(idle):
+    by_id = ctx.by_id if idle else {}
+    headroom = _HeadroomGuard(ctx, room)
+    ranked = sorted(idle, key=lambda item: (-ctx.price(by_id[item[1]]), item))
+    for since, instance_id in ranked:
         if live <= provider.min_instances:
             break
+        if not headroom.may_remove(instance_id):
+            continue
         ctx.terminate(
             instance_id,
             f"idle for {format_duration(ctx.now - since)} "
             f"(max_idle_agent_period {format_duration(limit)})",
         )
         live -= 1
+
+
+class _HeadroomGuard:
+    """Keeps ``warm_headroom_slots`` free on the smallest shape while idle agents go."""
+
+    def __init__(self, ctx: _Context, room: list[tuple[str, Existing]]) -> None:
+        smallest = ctx.smallest
+        self.wanted = ctx.provider.warm_headroom_slots
+        self.slots = smallest.slots if smallest else 0
+        self.free = {i: m.free for i, m in room if m.slots == self.slots} if self.wanted else {}
+        self.total = sum(self.free.values())
+
+    def may_remove(self, instance_id: str) -> bool:
+        free = self.free.get(instance_id)
+        if free is None:
+            return True
+        if self.total - free < self.wanted:
+            return False
+        self.total -= free
+        return True
 
 
 def _trim_to_max(ctx: _Context) -> None:
@@ -352,18 +457,6 @@ def _live_count(ctx: _Context) -> int:
     """Instances and requests that are or will become agents, after this plan's removals."""
     requests = ctx.fleet.spot_requests
     return ctx.kept_count + sum(1 for r in requests if _request_is_capacity(ctx, r))
-
-
-def _empty_count(ctx: _Context, empty: list[str]) -> int:
-    """Instances pending tasks can go to before new ones: those not registered yet and
-    idle agents, if this plan keeps them, and spot requests.
-
-    An idle agent counts because a pending task that fits on it is the master's to place
-    (the snapshot caught it just before), and a task larger than one instance can take
-    it as one of its whole instances.
-    """
-    instances = sum(1 for instance_id in empty if instance_id not in ctx.terminations)
-    return instances + sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
 
 
 def _mark_writes(

@@ -51,6 +51,11 @@ class Instance:
     marks: dict[Mark, datetime] = field(default_factory=dict)
     # The spot request that launched it, if any.
     spot_request_id: str | None = None
+    # Its machine type, zone (subnet on EC2) and purchase, as the cloud reports them;
+    # "" when unknown (the pool's one type is assumed).
+    instance_type: str = ""
+    zone: str = ""
+    spot: bool = False
 
     @property
     def live(self) -> bool:
@@ -88,6 +93,11 @@ class Fleet:
 
     instances: tuple[Instance, ...] = ()
     spot_requests: tuple[SpotRequest, ...] = ()
+    # Keys of offerings the cloud recently had no capacity for (``Offering.key``): the
+    # adapter remembers them a few minutes, so the decision chooses among the others.
+    unavailable: frozenset[str] = frozenset()
+    # Spot prices the cloud quotes, dollars per hour by machine type (lowest over zones).
+    spot_prices: dict[str, float] = field(default_factory=dict)
 
     def instance(self, instance_id: str) -> Instance | None:
         for instance in self.instances:

@@ -33,6 +33,19 @@ def aws_gpus(instance_type: str) -> int | None:
     return AWS_GPUS_PER_INSTANCE.get(instance_type)
 
 
+# The GPU model of each EC2 family, so a pool can refuse to mix models by mistake.
+AWS_GPU_MODELS: dict[str, str] = {
+    "p2": "K80", "p3": "V100", "p3dn": "V100", "p4d": "A100", "p4de": "A100-80GB",
+    "p5": "H100", "p5e": "H200", "p5en": "H200", "g3s": "M60", "g3": "M60", "g4dn": "T4",
+    "g5": "A10G", "g6": "L4", "g6e": "L40S",
+}  # fmt: skip
+
+
+def aws_gpu_model(instance_type: str) -> str | None:
+    """The GPU model of an EC2 instance type, or None when the table does not know it."""
+    return AWS_GPU_MODELS.get(instance_type.split(".", 1)[0])
+
+
 # Compute Engine accelerator types and the counts one VM may attach, from the GPU
 # platforms page (A100/H100/L4 come with their a2/a3/g2 machine types).
 GCE_GPU_COUNTS: dict[str, frozenset[int]] = {

@@ -1,16 +1,26 @@
-"""Demand: how many new instances the pending tasks need, packed first-fit-decreasing.
+"""Demand: which new machines the pending tasks need, and of which shape.
 
-Tasks go first into the free slots of capacity already on its way (instances that have
-not registered yet, open spot requests), then onto new instances. A task larger than
-one instance takes whole, empty instances when its slots are an exact multiple.
+Tasks go first into the free slots of machines the pool already has (instances that
+have not registered yet, open spot requests, agents with free slots), then onto new
+machines chosen to cost least per hour. A task larger than the largest shape takes
+whole, empty machines of that shape when its slots are an exact multiple, as Determined
+schedules it.
+
+Placement is first-fit-decreasing: largest tasks first, each into the first machine with
+room. That is the same as filling one machine at a time with the largest tasks that
+still fit it, which is how it is done here: tasks are counted by size, so filling a
+machine costs one step per distinct size, however many tasks there are.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from dynagent.offerings import Shape
 from dynagent.plan import Unschedulable
 from dynagent.snapshot import PendingTask
 
@@ -18,125 +28,228 @@ _SLOTS = operator.attrgetter("slots")
 
 
 @dataclass
+class NewMachine:
+    shape: Shape
+    tasks: list[str] = field(default_factory=list)
+    # Slots its tasks take.
+    used: int = 0
+
+
+@dataclass
 class Demand:
-    # The tasks each new instance is for, one entry per instance to launch.
-    new_instances: list[list[str]] = field(default_factory=list)
+    # One entry per machine to launch, with the tasks it is for.
+    new_machines: list[NewMachine] = field(default_factory=list)
     unschedulable: list[Unschedulable] = field(default_factory=list)
-    waiting: list[PendingTask] = field(default_factory=list)
+    # Tasks left without a machine for now, and why.
+    waiting: list[tuple[PendingTask, str]] = field(default_factory=list)
+    # Free slots left on existing machines after placing, by machine slots.
+    free_after: list[tuple[int, int]] = field(default_factory=list)
 
-
-class _Bins:
-    """Instances being filled: the free slots and the tasks of each, arriving ones first."""
-
-    def __init__(self, slots: int, existing: int) -> None:
-        self.slots = slots
-        self.free: list[int] = [slots] * existing
-        self.existing = existing
-        self.tasks: list[list[str]] = [[] for _ in range(existing)]
-
-    def put(self, index: int, task: str, need: int) -> None:
-        self.tasks[index].append(task)
-        self.free[index] -= need
-
-    def open(self) -> int:
-        self.free.append(self.slots)
-        self.tasks.append([])
-        return len(self.free) - 1
-
+    @property
     def new_instances(self) -> list[list[str]]:
-        return self.tasks[self.existing :]
+        return [machine.tasks for machine in self.new_machines]
+
+
+@dataclass(frozen=True)
+class Existing:
+    """A machine of the pool that pending tasks may go to: its slots and free slots."""
+
+    slots: int
+    free: int
+
+
+class _Queue:
+    """The tasks still to place, by size, largest first, each size in arrival order."""
+
+    def __init__(self, tasks: Sequence[PendingTask]) -> None:
+        self.names: dict[int, list[str]] = {}
+        self.next: dict[int, int] = {}
+        for slots, group in itertools.groupby(sorted(tasks, key=_SLOTS, reverse=True), _SLOTS):
+            self.names[slots] = [t.task for t in group]
+            self.next[slots] = 0
+
+    def sizes(self) -> list[int]:
+        return [s for s, names in self.names.items() if self.next[s] < len(names)]
+
+    def count(self, slots: int) -> int:
+        return len(self.names[slots]) - self.next[slots]
+
+    def counts(self) -> tuple[tuple[int, int], ...]:
+        return tuple((s, self.count(s)) for s in self.sizes())
+
+    def take(self, slots: int, count: int) -> list[str]:
+        start = self.next[slots]
+        self.next[slots] = start + count
+        return self.names[slots][start : start + count]
+
+    def fill(self, free: int) -> tuple[list[str], int]:
+        """The largest tasks that fit in ``free`` slots, largest first; the slots left."""
+        placed: list[str] = []
+        for slots in self.sizes():
+            if slots > free:
+                continue
+            fit = self.count(slots) if slots == 0 else min(self.count(slots), free // slots)
+            placed += self.take(slots, fit)
+            free -= slots * fit
+        return placed, free
+
+    def left(self) -> list[PendingTask]:
+        return [
+            PendingTask(task=name, slots=slots)
+            for slots in self.sizes()
+            for name in self.names[slots][self.next[slots] :]
+        ]
 
 
 def pack(
     pending: tuple[PendingTask, ...],
-    slots_per_instance: int,
-    arriving: int,
+    shapes: Sequence[Shape],
+    existing: Sequence[Existing],
     room: int,
     max_instances: int,
+    largest_slots: int | None = None,
 ) -> Demand:
-    """Pack ``pending`` into ``arriving`` empty instances, then into at most ``room`` new ones."""
+    """Place ``pending`` on ``existing`` machines, then on at most ``room`` new ones.
+
+    ``shapes`` are what may be launched now; ``largest_slots`` is the largest machine the
+    pool has at all (default: the largest shape), which decides whether a task can ever run.
+    """
     demand = Demand()
-    if slots_per_instance <= 0:
+    largest = largest_slots if largest_slots is not None else max(map(_SLOTS, shapes), default=0)
+    if largest <= 0:
         demand.unschedulable = [
             Unschedulable(t.task, t.slots, "instances of this pool have no slots") for t in pending
         ]
         return demand
-    packer = _Packer(_Bins(slots_per_instance, arriving), room)
-    # Largest first; a reverse sort keeps the order of equal tasks, as a stable sort does.
-    ordered = sorted(pending, key=_SLOTS, reverse=True)
-    for slots, group in itertools.groupby(ordered, key=_SLOTS):
-        tasks = list(group)
-        if slots <= slots_per_instance:
-            demand.waiting += packer.place_all(slots, tasks)
-            continue
-        for task in tasks:
-            if problem := _gang_problem(task, slots_per_instance, max_instances):
-                demand.unschedulable.append(Unschedulable(task.task, task.slots, problem))
-            elif not packer.place_gang(task):
-                demand.waiting.append(task)
-    demand.new_instances = packer.bins.new_instances()
+    small: list[PendingTask] = []
+    gangs: list[PendingTask] = []
+    for task in pending:
+        (small if task.slots <= largest else gangs).append(task)
+    free = [machine.free for machine in existing]
+    opened = _place_gangs(demand, gangs, shapes, existing, free, largest, room, max_instances)
+    queue = _Queue(small)
+    for index, slots in enumerate(free):
+        if slots and queue.sizes():
+            _, free[index] = queue.fill(slots)
+    _open_machines(demand, queue, shapes, room - opened, max_instances)
+    demand.free_after = [(m.slots, f) for m, f in zip(existing, free, strict=True)]
     return demand
 
 
-@dataclass
-class _Packer:
-    """First fit, decreasing: each task goes to the lowest-numbered instance it fits.
+def _place_gangs(
+    demand: Demand,
+    gangs: list[PendingTask],
+    shapes: Sequence[Shape],
+    existing: Sequence[Existing],
+    free: list[int],
+    largest: int,
+    room: int,
+    max_instances: int,
+) -> int:
+    """Tasks over one machine: all their whole machines of the largest shape, or none.
+    Returns how many new machines they took."""
+    opened = 0
+    whole = [s for s in shapes if s.slots == largest]
+    shape = min(whole, key=lambda s: s.price) if whole else None
+    empty = [i for i, m in enumerate(existing) if m.slots == largest and m.free == largest]
+    next_empty = 0  # empty[:next_empty] are taken: gangs take them in order
+    for task in sorted(gangs, key=_SLOTS, reverse=True):
+        if problem := _gang_problem(task, largest, max_instances):
+            demand.unschedulable.append(Unschedulable(task.task, task.slots, problem))
+            continue
+        need = task.slots // largest
+        taken = empty[next_empty : next_empty + need]
+        missing = need - len(taken)
+        if missing and shape is None:
+            demand.waiting.append((task, f"no {largest}-slot machine has capacity now"))
+            continue
+        if missing > room - opened:
+            demand.waiting.append((task, f"pool is at max_instances ({max_instances})"))
+            continue
+        next_empty += len(taken)
+        for index in taken:
+            free[index] = 0
+        if shape is not None:
+            demand.new_machines += [
+                NewMachine(shape, [task.task], shape.slots) for _ in range(missing)
+            ]
+        opened += missing
+    return opened
 
-    Tasks come largest first, so tasks of one size come together, and first fit for a
-    run of them is a single walk over the instances in order: the instance that took
-    the last one takes the next too while it has room, then the next instance with
-    room, then new ones. That is the same placement as looking up the first fit for
-    each task, at the cost of one walk per distinct size.
+
+def _open_machines(
+    demand: Demand, queue: _Queue, shapes: Sequence[Shape], room: int, max_instances: int
+) -> None:
+    """New machines for what is left, each of the shape that serves it cheapest."""
+    opened = 0
+    while queue.sizes():
+        top = queue.sizes()[0]
+        fitting = [s for s in shapes if s.slots >= top]
+        if not fitting or opened >= room:
+            break
+        shape = _next_shape(queue, fitting, room - opened)
+        tasks, free = queue.fill(shape.slots)
+        demand.new_machines.append(NewMachine(shape, tasks, shape.slots - free))
+        opened += 1
+    for task in queue.left():
+        if not any(s.slots >= task.slots for s in shapes):
+            reason = f"no machine of {task.slots} or more slots has capacity now"
+        else:
+            reason = f"pool is at max_instances ({max_instances})"
+        demand.waiting.append((task, reason))
+
+
+def _next_shape(queue: _Queue, fitting: list[Shape], room: int) -> Shape:
+    """The shape of the next machine to open.
+
+    While the tasks left fill whole machines, the shape cheapest per slot (the larger on
+    a tie: fewer machines); for the last, partly filled ones, the cheapest way to hold
+    what is left, found by trying each shape in turn (what is left is less than one
+    machine, so the search is small). With too little room for that, the largest shape.
     """
+    bulk = min(fitting, key=lambda s: (s.price_per_slot, -s.slots))
+    total = sum(slots * queue.count(slots) for slots in queue.sizes())
+    if total >= bulk.slots:
+        return bulk
+    _, machines, first = _cheapest_cover(queue.counts(), tuple(fitting))
+    if first is None or machines > room:
+        return max(fitting, key=lambda s: (s.slots, -s.price))
+    return first
 
-    bins: _Bins
-    room: int
-    opened: int = 0
-    # Gangs come before any smaller task, and take arriving instances in order while
-    # they are all still empty: the ones before this have been taken.
-    next_empty: int = 0
 
-    def place_all(self, slots: int, tasks: list[PendingTask]) -> list[PendingTask]:
-        """Place tasks of ``slots`` each; return those left waiting for room."""
-        free, placed = self.bins.free, 0
-        for index in range(len(free)):
-            if free[index] >= slots:
-                placed = self._fill(index, slots, tasks, placed)
-                if placed == len(tasks):
-                    return []
-        while placed < len(tasks) and self.opened < self.room:
-            self.opened += 1
-            placed = self._fill(self.bins.open(), slots, tasks, placed)
-        return tasks[placed:]
+@functools.lru_cache(maxsize=4096)
+def _cheapest_cover(
+    counts: tuple[tuple[int, int], ...], shapes: tuple[Shape, ...]
+) -> tuple[float, int, Shape | None]:
+    """(price per hour, machines, first machine's shape) of the cheapest set of machines
+    that holds tasks of these (size, count)s, filling each first-fit-decreasing."""
+    if not counts:
+        return 0.0, 0, None
+    top = counts[0][0]
+    best: tuple[float, int, Shape | None] = (float("inf"), 0, None)
+    for shape in shapes:
+        if shape.slots < top:
+            continue
+        rest = _after_fill(counts, shape.slots)
+        cost, machines, _ = _cheapest_cover(rest, shapes)
+        candidate = (round(shape.price + cost, 6), machines + 1, shape)
+        if candidate[:2] < best[:2]:
+            best = candidate
+    return best
 
-    def _fill(self, index: int, slots: int, tasks: list[PendingTask], placed: int) -> int:
-        """Put tasks[placed:] on instance ``index`` while it has room; the new count."""
-        free, names = self.bins.free[index], self.bins.tasks[index]
-        while placed < len(tasks) and free >= slots:
-            names.append(tasks[placed].task)
-            free -= slots
-            placed += 1
-        self.bins.free[index] = free
-        return placed
 
-    def place_gang(self, task: PendingTask) -> bool:
-        """A task over one instance: all its whole instances, or none of them."""
-        bins = self.bins
-        need = task.slots // bins.slots
-        empty = list(range(self.next_empty, min(bins.existing, self.next_empty + need)))
-        missing = need - len(empty)
-        if missing > self.room - self.opened:
-            return False
-        self.next_empty += len(empty)
-        empty += [bins.open() for _ in range(missing)]
-        self.opened += missing
-        for index in empty:
-            bins.put(index, task.task, bins.slots)
-        return True
+def _after_fill(counts: tuple[tuple[int, int], ...], free: int) -> tuple[tuple[int, int], ...]:
+    left = []
+    for slots, count in counts:
+        fit = count if slots == 0 else min(count, free // slots) if slots <= free else 0
+        free -= slots * fit
+        if count > fit:
+            left.append((slots, count - fit))
+    return tuple(left)
 
 
 def _gang_problem(task: PendingTask, slots: int, max_instances: int) -> str | None:
-    """Why a task larger than one instance can never run here, or None if it can."""
+    """Why a task larger than one machine can never run here, or None if it can."""
     if task.slots % slots:
         return (
             f"needs {task.slots} slots, which is not a multiple of the {slots} slots "

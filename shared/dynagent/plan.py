@@ -6,14 +6,30 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dynagent.fleet import Mark
+from dynagent.offerings import Offering
 
 
 @dataclass(frozen=True)
 class Launch:
-    """One new instance; a plan's launches go to the cloud in one call."""
+    """One new instance, and where it may be bought.
+
+    ``offerings`` lists where, best first: the chosen offering, then the fallbacks the
+    adapter tries in the same pass when the cloud has no capacity for it (other zones
+    and purchase options of the type, then larger types). Empty in plans built without a
+    catalog: the pool's one type.
+    """
 
     reason: str
     tasks: tuple[str, ...] = ()
+    offerings: tuple[Offering, ...] = ()
+
+    @property
+    def offering(self) -> Offering | None:
+        return self.offerings[0] if self.offerings else None
+
+    def describe(self) -> str:
+        what = f"1 {self.offering.describe()}" if self.offering else "1 instance"
+        return f"launch {what}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -85,7 +101,7 @@ class Plan:
 
     def describe(self) -> list[str]:
         """One line per action, for logs and ``dynagent plan``."""
-        lines = [f"launch 1 instance: {launch.reason}" for launch in self.launches]
+        lines = [launch.describe() for launch in self.launches]
         lines += [f"terminate {t.instance_id}: {t.reason}" for t in self.terminations]
         lines += [f"cancel spot request {c.request_id}: {c.reason}" for c in self.cancellations]
         lines += [

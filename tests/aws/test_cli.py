@@ -83,5 +83,5 @@ def test_plan_changes_nothing(
     file.write_text(snapshot(3, pending=[("trial", 16)]).to_json())
     assert main(["plan", "--config", str(path), "--snapshot", str(file)]) == 0
     out = capsys.readouterr().out
-    assert out.count("launch 1 instance: pending tasks: trial") == 2
+    assert out.count("launch 1 p4d.24xlarge on-demand ($32.77/h): pending tasks: trial") == 2
     assert managed_instances(ec2) == []

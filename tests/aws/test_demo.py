@@ -15,9 +15,9 @@ def test_the_demo_tells_the_whole_story_and_cleans_up() -> None:
     assert run_demo(out=out) == 0
     text = out.getvalue()
 
-    assert "reconcile launch 1 instance: pending tasks: trial-1" in text
+    assert "reconcile launch 1 p3.8xlarge on-demand ($12.24/h): pending tasks: trial-1" in text
     # Two whole agents, and a third in place of the one that never registers.
-    assert text.count("launch 1 instance: pending tasks: trial-2") == 3
+    assert text.count("launch 1 p3.8xlarge on-demand ($12.24/h): pending tasks: trial-2") == 3
     assert re.search(r"agent +i-[0-9a-f]+ registered", text)
     assert "unschedulable trial-odd (6 slots)" in text
     assert "never registered (max_agent_starting_period 10m)" in text

@@ -109,9 +109,14 @@ SCENARIOS = [
         launches={"pending tasks: t2": 1},
     ),
     Scenario(
-        "a registered agent is not capacity on its way",
+        "a busy agent's spare slots take a pending task that fits: the master places it next",
         fleet=fleet(agent_instance("i-busy")),
         snapshot=pending(("t1", 1), agents=(busy("i-busy", used=2),)),
+    ),
+    Scenario(
+        "a busy agent's spare slots do not take a task larger than them",
+        fleet=fleet(agent_instance("i-busy")),
+        snapshot=pending(("t1", 3), agents=(busy("i-busy", used=2),)),
         launches={"pending tasks: t1": 1},
     ),
     Scenario(

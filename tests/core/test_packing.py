@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from dynagent.packing import Demand, pack
+from dynagent.offerings import Shape
+from dynagent.packing import Demand, Existing, pack
 from dynagent.snapshot import PendingTask
 from tests.core.builders import task
 
@@ -19,7 +20,9 @@ def packed(
     room: int = 100,
     max_instances: int = 100,
 ) -> Demand:
-    return pack(tuple(pending), slots, arriving, room=room, max_instances=max_instances)
+    shapes = [Shape("m", slots, 1.0 * slots)]
+    existing = [Existing(slots, slots)] * arriving
+    return pack(tuple(pending), shapes, existing, room=room, max_instances=max_instances)
 
 
 def test_no_pending_no_instances() -> None:
@@ -64,14 +67,14 @@ def test_no_room_means_waiting() -> None:
     demand = packed([task("a", 4), task("b", 4), task("c", 2)], room=1)
 
     assert demand.new_instances == [["a"]]
-    assert [t.task for t in demand.waiting] == ["b", "c"]
+    assert [t.task for t, _ in demand.waiting] == ["b", "c"]
 
 
 def test_a_small_task_still_fills_a_started_instance_when_out_of_room() -> None:
     demand = packed([task("a", 3), task("b", 2), task("c", 1)], room=1)
 
     assert demand.new_instances == [["a", "c"]]
-    assert [t.task for t in demand.waiting] == ["b"]
+    assert [t.task for t, _ in demand.waiting] == ["b"]
 
 
 def test_gang_task_takes_whole_new_instances() -> None:
@@ -94,7 +97,7 @@ def test_gang_task_is_all_or_nothing() -> None:
     demand = packed([task("big", 12), task("small", 2)], room=2)
 
     assert demand.new_instances == [["small"]]
-    assert [t.task for t in demand.waiting] == ["big"]
+    assert [t.task for t, _ in demand.waiting] == ["big"]
 
 
 def test_a_waiting_gang_gives_back_the_arriving_instances_it_looked_at() -> None:
@@ -103,7 +106,7 @@ def test_a_waiting_gang_gives_back_the_arriving_instances_it_looked_at() -> None
     demand = packed([task("big", 8), task("four", 4)], arriving=1, room=0)
 
     assert demand.new_instances == []
-    assert [t.task for t in demand.waiting] == ["big"]
+    assert [t.task for t, _ in demand.waiting] == ["big"]
 
 
 def test_two_gangs_and_small_tasks() -> None:
@@ -211,5 +214,5 @@ def test_matches_a_plain_first_fit_decreasing(seed: int) -> None:
 
     expected_new, expected_waiting = _reference_pack(pending, slots, arriving, room)
     assert demand.new_instances == expected_new
-    assert [t.task for t in demand.waiting] == expected_waiting
+    assert [t.task for t, _ in demand.waiting] == expected_waiting
     assert len(demand.new_instances) <= room

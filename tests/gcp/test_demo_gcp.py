@@ -20,7 +20,8 @@ def test_the_gcp_demo_tells_the_same_story(pytestconfig: pytest.Config) -> None:
     text = out.getvalue()
 
     assert "Pub/Sub emulator on 127.0.0.1:" in text
-    assert "reconcile launch 1 instance: pending tasks: trial-1" in text
+    launch = "launch 1 n1-standard-32 on-demand in us-central1-a ($2.92/h)"
+    assert f"reconcile {launch}: pending tasks: trial-1" in text
     assert re.search(r"agent +det-agent-gpu-t4-\S+ registered", text)
     assert "unschedulable trial-odd (6 slots)" in text
     assert "never registered (max_agent_starting_period 10m)" in text

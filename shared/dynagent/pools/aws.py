@@ -7,8 +7,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dynagent.gpus import aws_gpus
-from dynagent.pools.common import ProvisionerFields, StrictModel
+from dynagent.gpus import aws_gpu_model, aws_gpus
+from dynagent.offerings import Catalog, Offering, Purchase
+from dynagent.pools.common import ProvisionerFields, StrictModel, check_prices
+from dynagent.prices import AWS_ON_DEMAND
 
 _PRICE = re.compile(r"^\d+(\.\d+)?$")
 
@@ -22,6 +24,27 @@ class NetworkInterface(StrictModel):
 class CustomTag(StrictModel):
     key: str = Field(min_length=1, max_length=128)
     value: str = Field(max_length=256)
+
+
+class AwsOfferings(StrictModel):
+    """dynagent's own: the shapes, subnets and purchase options a pool may buy."""
+
+    instance_types: tuple[str, ...] = Field(min_length=1)
+    # Default: the pool's network_interface.subnet_id.
+    subnet_ids: tuple[str, ...] = ()
+    # Preference order; default: spot if the pool's ``spot`` is set, else on-demand.
+    purchase: tuple[Literal["spot", "on-demand"], ...] | None = Field(default=None, min_length=1)
+    # Dollars per hour: "TYPE" for on-demand (over the built-in table), "TYPE/spot" for spot.
+    prices: dict[str, float] = Field(default_factory=dict)
+    # Slots of types outside the built-in GPU table.
+    slots: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("instance_types", "subnet_ids", "purchase")
+    @classmethod
+    def _distinct(cls, values: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if values is not None and len(set(values)) != len(values):
+            raise ValueError(f"lists {sorted(v for v in set(values) if values.count(v) > 1)} twice")
+        return values
 
 
 class AwsProvider(ProvisionerFields):
@@ -46,6 +69,7 @@ class AwsProvider(ProvisionerFields):
     use_private_ip: bool = True
     log_group: str | None = None
     log_stream: str | None = None
+    offerings: AwsOfferings | None = None
 
     @field_validator("spot_max_price")
     @classmethod
@@ -56,24 +80,91 @@ class AwsProvider(ProvisionerFields):
 
     @model_validator(mode="after")
     def _aws_checks(self) -> AwsProvider:
-        if self.instance_slots is None and aws_gpus(self.instance_type) is None:
+        if self.offerings is not None:
+            self._check_offerings(self.offerings)
+        elif self.instance_slots is None and aws_gpus(self.instance_type) is None:
             raise ValueError(
                 f"instance_slots is required: instance type {self.instance_type!r} "
                 "is not in the built-in GPU table"
             )
         return self
 
+    def _check_offerings(self, offerings: AwsOfferings) -> None:
+        for instance_type in offerings.instance_types:
+            if instance_type not in offerings.slots and aws_gpus(instance_type) is None:
+                raise ValueError(
+                    f"offerings.instance_types: {instance_type!r} is not in the built-in GPU "
+                    "table; give its slots in offerings.slots"
+                )
+        check_prices(offerings.instance_types, offerings.prices, AWS_ON_DEMAND, "offerings")
+        unknown = sorted(set(offerings.slots) - set(offerings.instance_types))
+        if unknown:
+            raise ValueError(f"offerings.slots: {unknown} not in offerings.instance_types")
+        models = _gpu_models(offerings.instance_types)
+        if len(models) > 1 and not self.mixed_gpu_models:
+            raise ValueError(
+                f"offerings.instance_types mix GPU models ({', '.join(sorted(models))}); "
+                "set mixed_gpu_models: true if tasks may run on any of them"
+            )
+
+    def warnings(self) -> list[str]:
+        """What loads but deserves a second look."""
+        if self.offerings is None:
+            return []
+        models = _gpu_models(self.offerings.instance_types)
+        if len(models) > 1:
+            return [f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose"]
+        return []
+
+    def catalog(
+        self, spot_prices: dict[str, float] | None = None, unavailable: frozenset[str] = frozenset()
+    ) -> Catalog:
+        """The pool's offerings in preference order; spot prices as the cloud quotes them."""
+        if self.offerings is None:
+            purchase = Purchase.SPOT if self.spot else Purchase.ON_DEMAND
+            price = AWS_ON_DEMAND.get(self.instance_type, 0.0)
+            if self.spot and self.spot_max_price:
+                ceiling = float(self.spot_max_price)
+                price = min(price, ceiling) if price else ceiling
+            zone = self.network_interface.subnet_id or ""
+            only = Offering(self.instance_type, self.slots_per_instance, price, zone, purchase)
+            return Catalog((only,), unavailable)
+        spec = self.offerings
+        purchases = [Purchase(p) for p in spec.purchase or ("spot" if self.spot else "on-demand",)]
+        zones = spec.subnet_ids or (self.network_interface.subnet_id or "",)
+        found = []
+        for instance_type in spec.instance_types:
+            slots = spec.slots.get(instance_type) or aws_gpus(instance_type) or 0
+            on_demand = spec.prices.get(instance_type, AWS_ON_DEMAND.get(instance_type, 0.0))
+            for purchase in purchases:
+                price = on_demand
+                if purchase is Purchase.SPOT:
+                    quoted = (spot_prices or {}).get(instance_type, on_demand)
+                    price = spec.prices.get(f"{instance_type}/spot", min(quoted, on_demand))
+                found += [Offering(instance_type, slots, price, z, purchase) for z in zones]
+        return Catalog(tuple(found), unavailable)
+
     @property
     def shape(self) -> str:
         """The machine, as an admin would say it."""
+        if self.offerings is not None:
+            return " | ".join(self.offerings.instance_types)
         return self.instance_type
 
     @property
     def slots_per_instance(self) -> int:
-        """Task slots one instance offers: its GPUs, or 1 for a CPU pool."""
+        """Task slots one instance offers: its GPUs, or 1 for a CPU pool. With offerings,
+        those of the largest machine."""
+        if self.offerings is not None:
+            spec = self.offerings
+            return max(spec.slots.get(t) or aws_gpus(t) or 0 for t in spec.instance_types)
         gpus = (
             self.instance_slots if self.instance_slots is not None else aws_gpus(self.instance_type)
         )
         if not gpus:
             return 1 if self.cpu_slots_allowed else 0
         return gpus
+
+
+def _gpu_models(instance_types: tuple[str, ...]) -> set[str]:
+    return {model for t in instance_types if (model := aws_gpu_model(t))}

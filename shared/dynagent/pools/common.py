@@ -53,6 +53,11 @@ class ProvisionerFields(StrictModel):
     launch_error_timeout: Duration = timedelta(0)
     launch_error_retries: int = Field(default=0, ge=0)
     agent_config_file_contents: dict[str, Any] | None = None
+    # Ours: free slots kept ready or starting on the pool's smallest shape, so short
+    # tasks start without waiting for a boot.
+    warm_headroom_slots: int = Field(default=0, ge=0)
+    # Ours: let offerings mix GPU models (tasks must run on any of them).
+    mixed_gpu_models: bool = False
 
     @model_validator(mode="after")
     def _bounds(self) -> ProvisionerFields:
@@ -62,3 +67,22 @@ class ProvisionerFields(StrictModel):
                 f"({self.min_instances})"
             )
         return self
+
+
+def check_prices(
+    types: tuple[str, ...], prices: dict[str, float], table: dict[str, float], where: str
+) -> None:
+    """Every price names an offered type (``TYPE`` or ``TYPE/spot``) and is positive; with
+    several types, each has an on-demand price, from ``prices`` or the built-in table."""
+    for key, price in prices.items():
+        if key.removesuffix("/spot") not in types:
+            raise ValueError(f"{where}.prices: {key!r} is not one of the offered types")
+        if price <= 0:
+            raise ValueError(f"{where}.prices: {key!r} must be a positive price per hour")
+    if len(types) > 1:
+        missing = [t for t in types if t not in prices and t not in table]
+        if missing:
+            raise ValueError(
+                f"{where}.prices: no built-in price for {', '.join(missing)}; give dollars "
+                "per hour, so the pool can choose the cheapest machine"
+            )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from dynagent.gpus import gce_gpu_problem
-from dynagent.pools.common import Duration, ProvisionerFields, StrictModel
+from dynagent.offerings import Catalog, Offering, Purchase
+from dynagent.pools.common import Duration, ProvisionerFields, StrictModel, check_prices
+from dynagent.prices import GCE_GPU_PRICES, GCE_ON_DEMAND
 
 # Compute Engine's rules for label keys and values, and for instance names (RFC 1035).
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -44,12 +46,43 @@ class GcpInstanceType(StrictModel):
         return self
 
 
+ZONE = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
+
+
+class GcpOfferings(StrictModel):
+    """dynagent's own: the machines, zones and provisioning models a pool may buy."""
+
+    machines: tuple[GcpInstanceType, ...] = Field(min_length=1)
+    # Default: the pool's zone.
+    zones: tuple[Annotated[str, Field(pattern=ZONE)], ...] = ()
+    # Preference order; default: spot if the pool's ``spot`` (or preemptible) is set.
+    purchase: tuple[Literal["spot", "standard"], ...] | None = Field(default=None, min_length=1)
+    # Dollars per hour: "MACHINE" for standard, "MACHINE/spot" for spot.
+    prices: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> GcpOfferings:
+        names = [m.machine_type for m in self.machines]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"offerings.machines: {twice} listed twice (one entry per machine type)"
+            )
+        regions = {zone.rsplit("-", 1)[0] for zone in self.zones}
+        if len(regions) > 1:
+            raise ValueError(
+                f"offerings.zones: {list(self.zones)} span regions {sorted(regions)}; "
+                "a pool's zones share one region (its subnetwork's)"
+            )
+        return self
+
+
 class GcpProvider(ProvisionerFields):
     """A pool of Compute Engine VMs in one zone."""
 
     type: Literal["gcp"]
     project: str = Field(min_length=1)
-    zone: str = Field(pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+    zone: str = Field(pattern=ZONE)
     boot_disk_size: int = Field(default=200, ge=10)
     boot_disk_source_image: str = Field(min_length=1)
     label_key: str = "managed-by"
@@ -66,6 +99,69 @@ class GcpProvider(ProvisionerFields):
     # Spot provisioning model (terminated instances are deleted); beside the legacy
     # instance_type.preemptible.
     spot: bool = False
+    offerings: GcpOfferings | None = None
+
+    @model_validator(mode="after")
+    def _gcp_checks(self) -> GcpProvider:
+        spec = self.offerings
+        if spec is None:
+            return self
+        names = tuple(m.machine_type for m in spec.machines)
+        table = {m.machine_type: _list_price(m) for m in spec.machines if _list_price(m)}
+        check_prices(names, spec.prices, table, "offerings")
+        models = {m.gpu_type for m in spec.machines if m.gpu_num}
+        if len(models) > 1 and not self.mixed_gpu_models:
+            raise ValueError(
+                f"offerings.machines mix GPU models ({', '.join(sorted(models))}); "
+                "set mixed_gpu_models: true if tasks may run on any of them"
+            )
+        region = self.zone.rsplit("-", 1)[0]
+        foreign = [z for z in spec.zones if not z.startswith(region + "-")]
+        if foreign:
+            raise ValueError(f"offerings.zones: {foreign} are not in the pool's region {region}")
+        return self
+
+    def warnings(self) -> list[str]:
+        """What loads but deserves a second look."""
+        models = {m.gpu_type for m in self.machines() if m.gpu_num}
+        if len(models) > 1:
+            return [f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose"]
+        return []
+
+    def machines(self) -> tuple[GcpInstanceType, ...]:
+        """Every machine the pool may launch: its offerings', or its one instance_type."""
+        return self.offerings.machines if self.offerings else (self.instance_type,)
+
+    def machine(self, machine_type: str) -> GcpInstanceType:
+        for machine in self.machines():
+            if machine.machine_type == machine_type:
+                return machine
+        return self.instance_type
+
+    def catalog(
+        self, spot_prices: dict[str, float] | None = None, unavailable: frozenset[str] = frozenset()
+    ) -> Catalog:
+        """The pool's offerings in preference order ("standard" is on-demand)."""
+        spec = self.offerings
+        default = "spot" if self.preemptible_or_spot else "standard"
+        purchases = [
+            Purchase.SPOT if p == "spot" else Purchase.ON_DEMAND
+            for p in (spec.purchase if spec and spec.purchase else (default,))
+        ]
+        zones = spec.zones if spec and spec.zones else (self.zone,)
+        prices = spec.prices if spec else {}
+        found = []
+        for machine in self.machines():
+            name = machine.machine_type
+            slots = machine.gpu_num or (1 if self.cpu_slots_allowed else 0)
+            standard = prices.get(name, _list_price(machine))
+            for purchase in purchases:
+                price = standard
+                if purchase is Purchase.SPOT:
+                    quoted = (spot_prices or {}).get(name, standard)
+                    price = prices.get(f"{name}/spot", min(quoted, standard))
+                found += [Offering(name, slots, price, zone, purchase) for zone in zones]
+        return Catalog(tuple(found), unavailable)
 
     @field_validator("label_key")
     @classmethod
@@ -99,18 +195,32 @@ class GcpProvider(ProvisionerFields):
 
     @property
     def slots_per_instance(self) -> int:
-        """Task slots one VM offers: its GPUs, or 1 for a CPU pool."""
-        if self.instance_type.gpu_num:
-            return self.instance_type.gpu_num
+        """Task slots one VM offers: its GPUs, or 1 for a CPU pool. With offerings, those
+        of the largest machine."""
+        gpus = max(machine.gpu_num for machine in self.machines())
+        if gpus:
+            return gpus
         return 1 if self.cpu_slots_allowed else 0
 
     @property
     def shape(self) -> str:
         """The machine, as an admin would say it."""
-        kind = self.instance_type
-        gpus = f" + {kind.gpu_num} x {kind.gpu_type}" if kind.gpu_num else ""
-        return f"{kind.machine_type}{gpus}"
+        shapes = []
+        for kind in self.machines():
+            gpus = f" + {kind.gpu_num} x {kind.gpu_type}" if kind.gpu_num else ""
+            shapes.append(f"{kind.machine_type}{gpus}")
+        return " | ".join(shapes)
 
     @property
     def preemptible_or_spot(self) -> bool:
         return self.spot or self.instance_type.preemptible
+
+
+def _list_price(machine: GcpInstanceType) -> float:
+    """The built-in price of a machine with its GPUs, or 0 when the table does not know it."""
+    base = GCE_ON_DEMAND.get(machine.machine_type)
+    if base is None:
+        return 0.0
+    if machine.machine_type.startswith(("a2-", "a3-", "g2-")):
+        return base  # these machine types include their GPUs
+    return base + machine.gpu_num * GCE_GPU_PRICES.get(machine.gpu_type, 0.0)
