@@ -30,6 +30,8 @@ class LaunchResult:
     error: str | None = None
     # True when the launch token had been used already: an earlier run launched these.
     replayed: bool = False
+    # Keys of offerings the cloud refused for capacity in this launch (``Offering.key``).
+    unavailable: tuple[str, ...] = ()
 
 
 class Provider(Protocol):

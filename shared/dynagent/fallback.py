@@ -1,0 +1,115 @@
+"""Launching a plan's machines where the cloud has capacity: the next offering on a refusal.
+
+Every cloud does the same thing here, so it is written once: the adapters (and the
+simulated cloud) say how to launch ``count`` machines of one offering; this module
+groups a plan's launches by offering, tries each group, and on a capacity refusal moves
+the machines not started to their next offering, in the same pass. An offering refused
+for capacity is remembered as unavailable for a few minutes (``CapacityMemory``), so the
+next decisions choose among the others instead of asking again.
+
+No offering is tried twice in one pass, so one pass makes at most one launch call per
+offering tried, and a pass where everything is out ends after one call per offering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from dynagent.offerings import Offering
+from dynagent.plan import Launch
+from dynagent.provider import LaunchResult
+
+# How long an offering the cloud had no capacity for is left out of decisions. Karpenter
+# keeps its unavailable-offerings cache 3 minutes; GPU stockouts tend to last longer.
+UNAVAILABLE_FOR = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one launch call for one offering did."""
+
+    started: tuple[str, ...] = ()
+    # The cloud said it has no capacity (or quota) for this offering: try the next one.
+    out_of_capacity: bool = False
+    # The cloud refused for another reason (bad parameters, permissions): stop here.
+    error: str | None = None
+    # The call's token was used already: an earlier try of this plan launched these.
+    replayed: bool = False
+
+
+# Launch ``count`` machines of an offering; ``tasks`` are what they are for (for tags/logs).
+LaunchCall = Callable[[Offering, int], Attempt]
+
+
+@dataclass
+class CapacityMemory:
+    """Offerings recently refused for capacity, until when; a warm function keeps one."""
+
+    remember_for: timedelta = UNAVAILABLE_FOR
+    until: dict[str, datetime] = field(default_factory=dict)
+
+    def refused(self, offering: Offering, now: datetime) -> None:
+        self.until[offering.key] = now + self.remember_for
+
+    def unavailable(self, now: datetime) -> frozenset[str]:
+        """Keys of offerings still out; forgets those whose time ran out."""
+        for key in [k for k, until in self.until.items() if until <= now]:
+            del self.until[key]
+        return frozenset(self.until)
+
+
+def launch_with_fallback(
+    launches: tuple[Launch, ...],
+    call: LaunchCall,
+    memory: CapacityMemory,
+    now: datetime,
+) -> LaunchResult:
+    """Start every launch on its first offering with capacity; see the module docstring."""
+    # Each launch not started yet, with the index of the offering it will try next.
+    # Entries are (position in ``launches``, offering index): equal launches stay distinct.
+    waiting = [(position, 0) for position, launch in enumerate(launches) if launch.offerings]
+    tried: set[str] = set()
+    started: list[str] = []
+    refused: list[str] = []
+    replayed = False
+    while waiting := _untried(launches, waiting, tried):
+        offering = launches[waiting[0][0]].offerings[waiting[0][1]]
+        group = [(p, i) for p, i in waiting if launches[p].offerings[i].key == offering.key]
+        tried.add(offering.key)
+        attempt = call(offering, len(group))
+        started += attempt.started
+        replayed |= attempt.replayed
+        if attempt.error is not None:
+            return LaunchResult(
+                tuple(started), error=attempt.error, replayed=replayed, unavailable=tuple(refused)
+            )
+        done = len(group) if attempt.replayed else len(attempt.started)
+        if done < len(group) and not attempt.out_of_capacity:
+            break  # fewer than asked and no reason given: the next pass asks again
+        if done < len(group):
+            memory.refused(offering, now)
+            refused.append(offering.key)
+        # The group's first ``done`` are started; the rest move on to their next offering.
+        done_positions = {p for p, _ in group[:done]}
+        waiting = [(p, i) for p, i in waiting if p not in done_positions]
+    unmet = 0 if replayed else len(launches) - len(started)
+    error = None
+    if refused and unmet > 0:
+        error = f"no capacity for {unmet} machine(s): tried {', '.join(refused)}"
+    return LaunchResult(tuple(started), error=error, replayed=replayed, unavailable=tuple(refused))
+
+
+def _untried(
+    launches: tuple[Launch, ...], waiting: list[tuple[int, int]], tried: set[str]
+) -> list[tuple[int, int]]:
+    """Each launch at its first offering not tried in this pass; those with none are dropped."""
+    moved = []
+    for position, index in waiting:
+        offerings = launches[position].offerings
+        while index < len(offerings) and offerings[index].key in tried:
+            index += 1
+        if index < len(offerings):
+            moved.append((position, index))
+    return moved
