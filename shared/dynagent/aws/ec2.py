@@ -16,12 +16,20 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from dynagent.config import AwsProvider, Pool, Settings
+from dynagent.fallback import launch_with_fallback
 from dynagent.fleet import Fleet, Instance, RequestState, SpotRequest
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 from dynagent.provider import LaunchResult
 from dynagent.userdata import agent_startup_script
 
 from . import tags
+from .fleet_launch import (
+    SPOT_PRICES_FOR,
+    FleetLauncher,
+    WarmState,
+    lowest_spot_prices,
+    template_data,
+)
 
 # EC2 takes at most this many ids in one TerminateInstances or CreateTags call.
 MAX_IDS_PER_CALL = 1000
@@ -70,6 +78,7 @@ class Ec2Provider:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
         root_devices: dict[str, str] | None = None,
+        warm: WarmState | None = None,
     ) -> None:
         if not isinstance(pool.provider, AwsProvider):
             raise TypeError(f"pool {pool.name!r} is not an AWS pool")
@@ -79,9 +88,11 @@ class Ec2Provider:
         self.settings = settings or Settings()
         self.clock = clock
         self.sleep = sleep
-        # Image id -> its root device. An AMI never changes, so a warm function shares
-        # one of these across its passes and describes each image once.
-        self.root_devices = root_devices if root_devices is not None else {}
+        # What a warm function keeps across passes: each image's root device (an AMI
+        # never changes, so it is described once), launch templates, the offerings EC2
+        # recently had no capacity for, spot prices.
+        self.warm = warm or WarmState(root_devices=root_devices if root_devices is not None else {})
+        self.root_devices = self.warm.root_devices
         # EC2's largest page, so a 1,000-instance pool is one DescribeInstances call.
         self.page_size = 1000
         self.max_ids_per_call = MAX_IDS_PER_CALL
@@ -91,7 +102,30 @@ class Ec2Provider:
     def observe(self) -> Fleet:
         instances = tuple(self._instances(self._filters(_LIVE_STATES)))
         requests = tuple(self._spot_requests()) if self.config.spot else ()
-        return Fleet(instances=instances, spot_requests=requests)
+        if self.config.offerings is None:
+            return Fleet(instances=instances, spot_requests=requests)
+        return Fleet(
+            instances=instances,
+            spot_requests=requests,
+            unavailable=self.warm.memory(self.pool.name).unavailable(self.clock()),
+            spot_prices=self._spot_prices(),
+        )
+
+    def _spot_prices(self) -> dict[str, float]:
+        """Spot prices of the pool's types, read at most once an hour by a warm function,
+        and only for types whose spot price the config does not give."""
+        spec = self.config.offerings
+        if spec is None or "spot" not in (spec.purchase or ("spot" if self.config.spot else ())):
+            return {}
+        wanted = tuple(t for t in spec.instance_types if f"{t}/spot" not in spec.prices)
+        if not wanted:
+            return {}
+        key, now = (self.config.region, wanted), self.clock()
+        cached = self.warm.spot_prices.get(key)
+        if cached is None or now - cached[0] >= SPOT_PRICES_FOR:
+            cached = (now, lowest_spot_prices(self.ec2, wanted, now))
+            self.warm.spot_prices[key] = cached
+        return cached[1]
 
     def _filters(self, states: list[str]) -> list[dict[str, object]]:
         return [
@@ -116,6 +150,9 @@ class Ec2Provider:
                             launched_at=item["LaunchTime"],
                             marks=tags.marks_from_tags(item.get("Tags", [])),
                             spot_request_id=item.get("SpotInstanceRequestId"),
+                            instance_type=item.get("InstanceType", ""),
+                            zone=item.get("SubnetId", ""),
+                            spot=item.get("InstanceLifecycle") == "spot",
                         )
 
     def _spot_requests(self) -> Iterator[SpotRequest]:
@@ -137,6 +174,8 @@ class Ec2Provider:
     def launch(self, plan: Plan) -> LaunchResult:
         if not plan.launches:
             return LaunchResult()
+        if self.config.offerings is not None:
+            return self._launch_fleet(plan)
         try:
             if self.config.spot:
                 result = self._request_spot(plan)
@@ -150,7 +189,28 @@ class Ec2Provider:
             if code in LAUNCH_REFUSALS:
                 return LaunchResult(error=f"{code}: {error.response['Error'].get('Message', '')}")
             raise
-        self._wait_visible(result.started)
+        self._wait_visible(result.started, requests=self.config.spot)
+        return result
+
+    def _launch_fleet(self, plan: Plan) -> LaunchResult:
+        """Each machine on its first offering EC2 has capacity for, via CreateFleet."""
+        launcher = FleetLauncher(
+            self.pool.name,
+            self.config,
+            self.ec2,
+            self.warm,
+            data=lambda: template_data(
+                self._launch_specification(),
+                self._user_data(),
+                tags.instance_tags(self.config, self.pool.name),
+            ),
+            token=client_token,
+        )
+        memory = self.warm.memory(self.pool.name)
+        result = launch_with_fallback(
+            plan.launches, launcher.call(plan.launch_key), memory, self.clock()
+        )
+        self._wait_visible(result.started, requests=False)
         return result
 
     def _run_instances(self, count: int, launch_key: str) -> LaunchResult:
@@ -243,14 +303,14 @@ class Ec2Provider:
     def _user_data(self) -> str:
         return agent_startup_script(self.config, self.pool.name, _AGENT_ID_COMMAND)
 
-    def _wait_visible(self, started: tuple[str, ...]) -> None:
+    def _wait_visible(self, started: tuple[str, ...], requests: bool) -> None:
         """Poll until describe calls show every launch, so the next pass counts them."""
         if not started:
             return
         deadline = self.clock() + self.settings.launch_visibility_timeout
         delay = 0.25
         while True:
-            missing = set(started) - self._visible(started)
+            missing = set(started) - self._visible(started, requests)
             if not missing:
                 return
             if self.clock() >= deadline:
@@ -261,10 +321,10 @@ class Ec2Provider:
             self.sleep(delay)
             delay = min(delay * 2, 4.0)
 
-    def _visible(self, ids: tuple[str, ...]) -> set[str]:
+    def _visible(self, ids: tuple[str, ...], requests: bool) -> set[str]:
         filters = tags.managed_filters(self.config, self.pool.name)
         try:
-            if self.config.spot:
+            if requests:
                 response = self.ec2.describe_spot_instance_requests(
                     SpotInstanceRequestIds=list(ids), Filters=filters
                 )

@@ -27,6 +27,7 @@ from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 
 from .clients import ec2_client, sqs_client
 from .ec2 import Ec2Provider
+from .fleet_launch import WarmState
 from .sqs import send_dead_letter
 
 CONFIG_ENV = "DYNAGENT_CONFIG"
@@ -49,8 +50,9 @@ class AwsFunctions:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
     logger: Any = field(default_factory=lambda: logging.getLogger("dynagent"))
-    # Shared by every pass of a warm function: each AMI's root device, described once.
-    root_devices: dict[str, str] = field(default_factory=dict)
+    # Shared by every pass of a warm function: each AMI's root device, launch templates,
+    # offerings out of capacity, spot prices.
+    warm: WarmState = field(default_factory=WarmState)
 
     @classmethod
     def from_environment(cls, logger: Any) -> AwsFunctions:
@@ -78,7 +80,7 @@ class AwsFunctions:
             self.config.settings,
             clock=self.clock,
             sleep=self.sleep,
-            root_devices=self.root_devices,
+            warm=self.warm,
         )
 
     # The reconcile function
