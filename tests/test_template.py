@@ -28,10 +28,21 @@ Template = dict[str, Any]
 Statement = dict[str, Any]
 
 MANAGED = {"${ManagedTagKey}": "${ManagedTagValue}"}
-DESCRIBES = {"ec2:DescribeInstances", "ec2:DescribeSpotInstanceRequests", "ec2:DescribeImages"}
-LAUNCHES = {"ec2:RunInstances", "ec2:RequestSpotInstances"}
+DESCRIBES = {
+    "ec2:DescribeInstances",
+    "ec2:DescribeSpotInstanceRequests",
+    "ec2:DescribeImages",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ec2:DescribeSpotPriceHistory",
+}
+LAUNCHES = {
+    "ec2:RunInstances",
+    "ec2:RequestSpotInstances",
+    "ec2:CreateFleet",
+    "ec2:CreateLaunchTemplate",
+}
 # Created by a launch: the request must carry the managed tag for these.
-LAUNCHED_TYPES = {"instance", "volume", "spot-instances-request"}
+LAUNCHED_TYPES = {"instance", "volume", "spot-instances-request", "fleet", "launch-template"}
 # Used by a launch but not created with tags; allowed without a tag condition.
 LAUNCH_INPUT_TYPES = {
     "image",
@@ -42,10 +53,12 @@ LAUNCH_INPUT_TYPES = {
     "key-pair",
 }
 NEEDS_MANAGED_RESOURCE = {
+    "ec2:CreateLaunchTemplateVersion",
     "ec2:TerminateInstances",
     "ec2:CancelSpotInstanceRequests",
     "ec2:DeleteTags",
 }
+CREATE_ACTIONS = {"RunInstances", "RequestSpotInstances", "CreateFleet", "CreateLaunchTemplate"}
 EC2_ACTIONS = DESCRIBES | LAUNCHES | NEEDS_MANAGED_RESOURCE | {"ec2:CreateTags"}
 
 
@@ -198,7 +211,10 @@ def iam_problems(template: Template) -> list[str]:
             elif action in LAUNCHES:
                 if has_tag_condition(statement, "request"):
                     launch_tagged |= {t for t in types if t} & LAUNCHED_TYPES
-                elif not types <= LAUNCH_INPUT_TYPES:
+                # Inputs: untagged ones (images, subnets) or our own tagged templates.
+                elif not types <= LAUNCH_INPUT_TYPES and not has_tag_condition(
+                    statement, "resource"
+                ):
                     unsafe = sorted(map(str, types - LAUNCH_INPUT_TYPES))
                     problems.append(f"{where}: {action} on {unsafe} without aws:RequestTag")
             # Changing the managed pair of a running instance would orphan it.
@@ -223,7 +239,7 @@ def _create_tags_allowed(statement: Statement, types: set[str | None]) -> bool:
         return True
     equals = conditions(statement, "StringEquals")
     created_by = as_list(equals.get("ec2:CreateAction", []))
-    if created_by and set(created_by) <= {"RunInstances", "RequestSpotInstances"}:
+    if created_by and set(created_by) <= CREATE_ACTIONS:
         return True
     # Adoption: a spot instance arrives untagged; tag it only with the managed pair.
     return _is_adoption(statement) and types == {"instance"}
