@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from dynagent.config import AwsProvider, Config, ConfigError, load_config
 from dynagent.durations import format_duration
+from dynagent.offerings import Catalog
 from dynagent.simulate import command as simulate_command
 from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 
@@ -79,14 +80,31 @@ def describe_config(config: Config) -> list[str]:
     for pool in config.pools.values():
         p = pool.provider
         lines.append(
-            f"pool {pool.name}: {p.type} {p.shape}, {p.slots_per_instance} slots each, "
-            f"{p.min_instances}..{p.max_instances} instances, "
+            f"pool {pool.name}: {p.type} {p.shape}, {p.slots_per_instance} slots "
+            + ("at most, " if p.offerings is not None else "each, ")
+            + f"{p.min_instances}..{p.max_instances} instances, "
             f"idle {format_duration(p.max_idle_agent_period)}, "
             f"starting {format_duration(p.max_agent_starting_period)}, "
             f"disconnected {format_duration(p.max_disconnected_period)}"
             + (", spot" if p.spot else "")
         )
+        if p.offerings is not None:
+            lines += [f"  offers {line}" for line in _offerings(p.catalog())]
+        if p.warm_headroom_slots:
+            lines.append(f"  keeps {p.warm_headroom_slots} free slots warm on its smallest shape")
+        lines += [f"  warning: {warning}" for warning in p.warnings()]
     return lines
+
+
+def _offerings(catalog: Catalog) -> list[str]:
+    """One line per machine type: slots, and where and how it is bought, in order."""
+    lines: dict[str, list[str]] = {}
+    for offering in catalog.offerings:
+        where = f"{offering.purchase.value}" + (f" in {offering.zone}" if offering.zone else "")
+        lines.setdefault(f"{offering.instance_type} ({offering.slots} slots)", []).append(
+            f"{where} ${offering.price:.2f}/h"
+        )
+    return [f"{shape}: {', '.join(ways)}" for shape, ways in lines.items()]
 
 
 def _read_snapshot(source: str) -> Snapshot:

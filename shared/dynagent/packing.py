@@ -187,7 +187,7 @@ def _open_machines(
         fitting = [s for s in shapes if s.slots >= top]
         if not fitting or opened >= room:
             break
-        shape = _next_shape(queue, fitting, room - opened)
+        shape = _next_shape(queue, fitting, tuple(shapes), room - opened)
         tasks, free = queue.fill(shape.slots)
         demand.new_machines.append(NewMachine(shape, tasks, shape.slots - free))
         opened += 1
@@ -199,7 +199,7 @@ def _open_machines(
         demand.waiting.append((task, reason))
 
 
-def _next_shape(queue: _Queue, fitting: list[Shape], room: int) -> Shape:
+def _next_shape(queue: _Queue, fitting: list[Shape], shapes: tuple[Shape, ...], room: int) -> Shape:
     """The shape of the next machine to open.
 
     While the tasks left fill whole machines, the shape cheapest per slot (the larger on
@@ -211,7 +211,7 @@ def _next_shape(queue: _Queue, fitting: list[Shape], room: int) -> Shape:
     total = sum(slots * queue.count(slots) for slots in queue.sizes())
     if total >= bulk.slots:
         return bulk
-    _, machines, first = _cheapest_cover(queue.counts(), tuple(fitting))
+    _, machines, first = _cheapest_cover(queue.counts(), shapes)
     if first is None or machines > room:
         return max(fitting, key=lambda s: (s.slots, -s.price))
     return first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -216,3 +217,31 @@ def test_matches_a_plain_first_fit_decreasing(seed: int) -> None:
     assert demand.new_instances == expected_new
     assert [t.task for t, _ in demand.waiting] == expected_waiting
     assert len(demand.new_instances) <= room
+
+
+SHAPES = [Shape("s", 1, 3.06), Shape("m", 4, 12.24), Shape("l", 8, 24.48)]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_several_shapes_place_every_task_once_and_never_cost_more(seed: int) -> None:
+    rng = random.Random(seed)
+    sizes = [1, 1, 1, 2, 2, 3, 4, 5, 8, 16]
+    pending = tuple(task(f"t{i}", rng.choice(sizes)) for i in range(rng.randrange(1, 60)))
+
+    demand = pack(pending, SHAPES, [], room=1000, max_instances=1000)
+    largest_only = pack(pending, SHAPES[2:], [], room=1000, max_instances=1000)
+
+    slots = {t.task: t.slots for t in pending}
+    placed = Counter(name for machine in demand.new_machines for name in machine.tasks)
+    # A gang is on each of its whole machines; any other task on one machine.
+    assert placed == {name: max(1, n // 8) for name, n in slots.items()}
+    for machine in demand.new_machines:
+        used = sum(min(slots[name], machine.shape.slots) for name in machine.tasks)
+        assert used == machine.used <= machine.shape.slots
+    cost = sum(m.shape.price for m in demand.new_machines)
+    assert cost <= sum(m.shape.price for m in largest_only.new_machines) + 1e-9
+
+
+def test_two_two_slot_tasks_share_a_four_gpu_machine() -> None:
+    demand = pack((task("a", 2), task("b", 2)), SHAPES, [], room=10, max_instances=10)
+    assert [(m.shape.instance_type, m.tasks) for m in demand.new_machines] == [("m", ["a", "b"])]
