@@ -154,7 +154,8 @@ def decide(
     ctx = _Context(pool, fleet, snapshot, now, settings or Settings())
     _review_spot_requests(ctx)
     survey = _walk_fleet(ctx)
-    _reap_idle(ctx, survey.idle, survey.room)
+    counted_on = _counted_on(ctx, survey)
+    _reap_idle(ctx, survey.idle, survey.room, counted_on)
     _trim_to_max(ctx)
     launches, demand = _launches(ctx, survey.room)
     return Plan(
@@ -166,7 +167,7 @@ def decide(
         cancellations=tuple(Cancellation(i, r) for i, r in ctx.cancellations.items()),
         # Adopted before terminated: the managed tags are what allow the terminate.
         adoptions=tuple(ctx.adoptions),
-        marks=_mark_writes(ctx, survey.marks),
+        marks=_mark_writes(ctx, survey.marks + _still_wanted(ctx, counted_on)),
         unschedulable=tuple(demand.unschedulable),
         waiting=tuple(f"{task.task} ({task.slots} slots): {why}" for task, why in demand.waiting),
     )
@@ -306,7 +307,7 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             if marked and agent.used_slots:
                 # Busy, and its marks say so: the common case; only spare slots to note.
                 if agent.used_slots < agent.slots:
-                    spare = Existing(agent.slots, agent.slots - agent.used_slots)
+                    spare = Existing(agent.slots, agent.slots - agent.used_slots, arriving=False)
                     survey.room.append((instance.id, spare))
                 continue
         since = _idle_since(ctx, instance, agent)
@@ -316,7 +317,8 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             slots = ctx.slots(instance, None)
             survey.room.append((instance.id, Existing(slots, slots)))
         elif agent is not None and agent.used_slots < agent.slots:
-            survey.room.append((instance.id, Existing(agent.slots, agent.slots - agent.used_slots)))
+            free = agent.slots - agent.used_slots
+            survey.room.append((instance.id, Existing(agent.slots, free, arriving=False)))
         if with_snapshot and not marked:
             changes = _mark_changes(instance, agent, ctx.seen_at)
             if changes:
@@ -362,12 +364,65 @@ def _idle_since(ctx: _Context, instance: Instance, agent: Agent | None) -> datet
     return instance.idle_since
 
 
+def _counted_on(ctx: _Context, survey: _Survey) -> set[str]:
+    """Idle agents that pending tasks are packed onto: neither this pass nor the sweep
+    may reap them while the tasks wait.
+
+    A task larger than one machine waits for all its machines to be idle at once, so it
+    counts an idle agent as one of them; reaping that agent meanwhile would make it wait
+    for a second boot (found on the ITP traces: a 16-GPU task waited 355 s where
+    Determined's provisioner, which never counts idle agents, took 184 s).
+    """
+    pending = ctx.snapshot.pending if ctx.snapshot else ()
+    if not pending:
+        return set()
+    agents = ctx.agents
+    idle = {i for i, _ in survey.room if (agent := agents.get(i)) is not None and agent.idle}
+    if not idle:
+        return set()
+    candidates = [(i, m) for i, m in survey.room if i not in ctx.terminations]
+    provider = ctx.provider
+    demand = pack(
+        pending,
+        ctx.shapes,
+        [machine for _, machine in candidates],
+        room=max(0, provider.max_instances - _live_count(ctx)),
+        max_instances=provider.max_instances,
+        largest_slots=provider.slots_per_instance,
+    )
+    return {
+        instance_id
+        for (instance_id, machine), (_, free) in zip(candidates, demand.free_after, strict=True)
+        if free < machine.free and instance_id in idle
+    }
+
+
+def _still_wanted(
+    ctx: _Context, counted_on: set[str]
+) -> list[tuple[str, list[tuple[Mark, datetime | None, str]]]]:
+    """Idle agents pending tasks count on are idle since now, as far as reaping goes: the
+    sweep reads the mark and must not reap them either. Written once half their idle
+    period has passed, not on every pass."""
+    half = ctx.provider.max_idle_agent_period / 2
+    changes: list[tuple[str, list[tuple[Mark, datetime | None, str]]]] = []
+    for instance_id in sorted(counted_on):
+        since = ctx.by_id[instance_id].idle_since
+        if since is not None and ctx.now - since >= half:
+            changes.append(
+                (instance_id, [(Mark.IDLE_SINCE, ctx.seen_at, "pending tasks count on it")])
+            )
+    return changes
+
+
 def _reap_idle(
-    ctx: _Context, idle: list[tuple[datetime, str]], room: list[tuple[str, Existing]]
+    ctx: _Context,
+    idle: list[tuple[datetime, str]],
+    room: list[tuple[str, Existing]],
+    counted_on: set[str],
 ) -> None:
     """Terminate agents idle past max_idle_agent_period, not below min_instances: the
-    costliest first (they save most), then the oldest idle; machines of the smallest
-    shape only while the warm headroom stays."""
+    costliest first (they save most), then the oldest idle; not those pending tasks are
+    counted on, and machines of the smallest shape only while the warm headroom stays."""
     provider = ctx.provider
     limit = provider.max_idle_agent_period
     live = _live_count(ctx)
@@ -377,7 +432,7 @@ def _reap_idle(
     for since, instance_id in ranked:
         if live <= provider.min_instances:
             break
-        if not headroom.may_remove(instance_id):
+        if instance_id in counted_on or not headroom.may_remove(instance_id):
             continue
         ctx.terminate(
             instance_id,

@@ -56,6 +56,9 @@ class Existing:
 
     slots: int
     free: int
+    # Launched and not registered yet (or a spot request): no task can take it before
+    # it registers, so it is as good as a new machine for a task over several machines.
+    arriving: bool = True
 
 
 class _Queue:
@@ -152,28 +155,33 @@ def _place_gangs(
     whole = [s for s in shapes if s.slots == largest]
     shape = min(whole, key=lambda s: s.price) if whole else None
     empty = [i for i, m in enumerate(existing) if m.slots == largest and m.free == largest]
-    next_empty = 0  # empty[:next_empty] are taken: gangs take them in order
+    # Machines still booting first, then new ones, and registered idle agents last: the
+    # master places smaller tasks on an idle agent while a task over several machines
+    # waits for the rest of them, so counting on idle agents can cost a second boot.
+    arriving = [i for i in empty if existing[i].arriving]
+    idle = [i for i in empty if not existing[i].arriving]
     for task in sorted(gangs, key=_SLOTS, reverse=True):
         if problem := _gang_problem(task, largest, max_instances):
             demand.unschedulable.append(Unschedulable(task.task, task.slots, problem))
             continue
         need = task.slots // largest
-        taken = empty[next_empty : next_empty + need]
-        missing = need - len(taken)
-        if missing and shape is None:
-            demand.waiting.append((task, f"no {largest}-slot machine has capacity now"))
+        booting = arriving[:need]
+        new = min(need - len(booting), room - opened) if shape is not None else 0
+        agents = idle[: need - len(booting) - new]
+        if len(booting) + new + len(agents) < need:
+            why = (
+                f"no {largest}-slot machine has capacity now"
+                if shape is None
+                else f"pool is at max_instances ({max_instances})"
+            )
+            demand.waiting.append((task, why))
             continue
-        if missing > room - opened:
-            demand.waiting.append((task, f"pool is at max_instances ({max_instances})"))
-            continue
-        next_empty += len(taken)
-        for index in taken:
+        del arriving[: len(booting)], idle[: len(agents)]
+        for index in booting + agents:
             free[index] = 0
         if shape is not None:
-            demand.new_machines += [
-                NewMachine(shape, [task.task], shape.slots) for _ in range(missing)
-            ]
-        opened += missing
+            demand.new_machines += [NewMachine(shape, [task.task], shape.slots) for _ in range(new)]
+        opened += new
     return opened
 
 

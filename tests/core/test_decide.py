@@ -132,9 +132,21 @@ SCENARIOS = [
         launches={"pending tasks: big": 1},
     ),
     Scenario(
-        "an idle agent reaped in this pass is not capacity for demand",
+        "an idle agent past its period that a pending task fits is kept for it, not churned",
         fleet=fleet(agent_instance("i-idle", idle_since=ago(25))),
         snapshot=pending(("t1", 4), agents=(idle("i-idle"),)),
+    ),
+    Scenario(
+        "a gang keeps the idle agent it counts on past the idle period",
+        pool={"max_instances": 2},
+        fleet=fleet(agent_instance("i-idle", idle_since=ago(25))),
+        snapshot=pending(("big", 8), agents=(idle("i-idle"),)),
+        launches={"pending tasks: big": 1},
+    ),
+    Scenario(
+        "an idle agent past its period that pending tasks cannot use is reaped",
+        fleet=fleet(agent_instance("i-idle", idle_since=ago(25))),
+        snapshot=pending(("t1", 3), agents=(idle("i-idle", slots=2),)),
         terminate={"i-idle": "max_idle_agent_period"},
         launches={"pending tasks: t1": 1},
     ),
@@ -849,3 +861,20 @@ def test_core_imports_no_cloud_sdk() -> None:
 
 def test_launch_key_for_the_first_snapshot() -> None:
     assert decide(pool(), Fleet(), snapshot(seq=0), NOW).launch_key == "gpu:0"
+
+
+def test_an_idle_agent_a_gang_counts_on_is_not_reaped_by_the_sweep_either() -> None:
+    gang_pool = pool(max_instances=2)
+    waiting = fleet(agent_instance("i-idle", idle_since=ago(15)))
+    plan = decide(gang_pool, waiting, pending(("big", 8), agents=(idle("i-idle"),)), NOW)
+
+    [write] = [w for w in plan.marks if w.mark is Mark.IDLE_SINCE]
+    assert (write.instance_ids, write.value, write.reason) == (
+        ("i-idle",),
+        NOW,
+        "pending tasks count on it",
+    )
+    # The sweep five minutes later reads the mark: not idle for 20m yet.
+    marked = fleet(agent_instance("i-idle", idle_since=write.value))
+    later = decide(gang_pool, marked, None, NOW + timedelta(minutes=6))
+    assert later.terminations == ()
