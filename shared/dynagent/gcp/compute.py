@@ -20,16 +20,25 @@ from google.cloud import compute_v1
 from google.protobuf.json_format import ParseError
 
 from dynagent.config import Pool, Settings
+from dynagent.fallback import Attempt, CapacityMemory, launch_with_fallback
 from dynagent.fleet import Fleet, Instance
+from dynagent.offerings import Offering, Purchase
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 from dynagent.pools.gcp import GcpProvider
 from dynagent.provider import LaunchResult
 
 from . import labels as gce_labels
-from .instance_body import instance_body, instance_names
+from .instance_body import instance_body, instance_names, offering_names
 
 # The largest page instances.list returns.
 MAX_PAGE = 500
+# Operation errors that mean "not this machine in this zone now": try the next offering.
+CAPACITY_ERRORS = frozenset(
+    {
+        "ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+        "QUOTA_EXCEEDED", "RESOURCE_POOL_EXHAUSTED", "STOCKOUT",
+    }
+)  # fmt: skip
 _REQUEST_IDS = uuid.UUID("6f1d3c52-3a5e-4b8e-9a61-1f4f3e2c9d10")
 
 
@@ -48,6 +57,7 @@ class _Seen:
 
     labels: dict[str, str]
     fingerprint: str
+    zone: str
 
 
 class GceProvider:
@@ -61,6 +71,7 @@ class GceProvider:
         settings: Settings | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
+        memory: CapacityMemory | None = None,
     ) -> None:
         if not isinstance(pool.provider, GcpProvider):
             raise TypeError(f"pool {pool.name!r} is not a GCP pool")
@@ -74,51 +85,103 @@ class GceProvider:
         self.clock = clock
         self.sleep = sleep
         self.page_size = MAX_PAGE
+        # Offerings Compute Engine recently had no capacity for; a warm function keeps it.
+        self.memory = memory if memory is not None else CapacityMemory()
         self._seen: dict[str, _Seen] = {}
+        offerings = self.config.offerings
+        self.zones = (
+            tuple(offerings.zones) if offerings and offerings.zones else (self.config.zone,)
+        )
 
-    @property
-    def _where(self) -> dict[str, str]:
-        return {"project": self.config.project, "zone": self.config.zone}
+    def _where(self, name: str | None = None) -> dict[str, str]:
+        """Project and zone of a VM (the pool's zone for one not listed yet)."""
+        seen = self._seen.get(name) if name else None
+        zone = seen.zone if seen else self.config.zone
+        return {"project": self.config.project, "zone": zone}
 
     # Observe
 
     def observe(self) -> Fleet:
         self._seen = {}
-        return Fleet(instances=tuple(self._list()))
+        instances = tuple(self._list())
+        if self.config.offerings is None:
+            return Fleet(instances=instances)
+        return Fleet(instances=instances, unavailable=self.memory.unavailable(self.clock()))
 
     def _list(self) -> Iterator[Instance]:
-        request = compute_v1.ListInstancesRequest(
-            **self._where,
-            filter=gce_labels.managed_filter(self.config, self.pool.name),
-            max_results=self.page_size,
-        )
-        for item in self.instances.list(request=request):
-            labels = dict(item.labels)
-            state = gce_labels.INSTANCE_STATES.get(item.status)
-            if state is None or not gce_labels.is_managed(labels, self.config, self.pool.name):
-                continue
-            self._seen[item.name] = _Seen(labels, item.label_fingerprint)
-            yield Instance(
-                id=item.name,
-                state=state,
-                launched_at=datetime.fromisoformat(item.creation_timestamp),
-                marks=gce_labels.marks_from_labels(labels),
+        """Every managed VM of the pool: one paged list for one zone, one paged aggregated
+        list however many zones (the calls do not grow with the offerings)."""
+        where = gce_labels.managed_filter(self.config, self.pool.name)
+        if len(self.zones) == 1:
+            request = compute_v1.ListInstancesRequest(
+                project=self.config.project,
+                zone=self.zones[0],
+                filter=where,
+                max_results=self.page_size,
             )
+            for item in self.instances.list(request=request):
+                yield from self._instance(item, self.zones[0])
+            return
+        aggregated = compute_v1.AggregatedListInstancesRequest(
+            project=self.config.project, filter=where, max_results=self.page_size
+        )
+        for scope, listed in self.instances.aggregated_list(request=aggregated):
+            zone = scope.rsplit("/", 1)[-1]
+            if zone in self.zones:
+                for item in listed.instances:
+                    yield from self._instance(item, zone)
+
+    def _instance(self, item: Any, zone: str) -> Iterator[Instance]:
+        labels = dict(item.labels)
+        state = gce_labels.INSTANCE_STATES.get(item.status)
+        if state is None or not gce_labels.is_managed(labels, self.config, self.pool.name):
+            return
+        self._seen[item.name] = _Seen(labels, item.label_fingerprint, zone)
+        scheduling = item.scheduling
+        yield Instance(
+            id=item.name,
+            state=state,
+            launched_at=datetime.fromisoformat(item.creation_timestamp),
+            marks=gce_labels.marks_from_labels(labels),
+            instance_type=item.machine_type.rsplit("/", 1)[-1],
+            zone=zone,
+            spot=scheduling.provisioning_model == "SPOT" or bool(scheduling.preemptible),
+        )
 
     # Launch
 
     def launch(self, plan: Plan) -> LaunchResult:
         if not plan.launches:
             return LaunchResult()
+        if self.config.offerings is not None:
+            return self._launch_offerings(plan)
         names = instance_names(self.config, plan.launch_key, len(plan.launches))
         operations, existing, errors = self._insert(names, plan.launch_key)
-        errors += self._wait(operations)
+        errors += [f"{name}: {problem}" for name, problem in self._wait(operations).items()]
         started = tuple(n for n in names if n in operations or n in existing)
         self._wait_visible(started)
         return LaunchResult(started=started, error="; ".join(errors) or None)
 
+    def _launch_offerings(self, plan: Plan) -> LaunchResult:
+        """Each VM on its first offering Compute Engine has capacity for."""
+
+        def call(offering: Offering, count: int) -> Attempt:
+            names = offering_names(self.config, plan.launch_key, offering.key, count)
+            operations, existing, errors = self._insert(names, plan.launch_key, offering)
+            failed = self._wait(operations)
+            started = tuple(n for n in names if n in operations or n in existing)
+            codes = {code for problem in failed.values() for code in _codes(problem)}
+            if errors or (failed and not codes <= CAPACITY_ERRORS):
+                problems = errors + [f"{n}: {p}" for n, p in failed.items()]
+                return Attempt(started=started, error="; ".join(problems))
+            return Attempt(started=started, out_of_capacity=bool(failed))
+
+        result = launch_with_fallback(plan.launches, call, self.memory, self.clock())
+        self._wait_visible(result.started)
+        return result
+
     def _insert(
-        self, names: list[str], launch_key: str
+        self, names: list[str], launch_key: str, offering: Offering | None = None
     ) -> tuple[dict[str, Any], set[str], list[str]]:
         """Send every insert before waiting on any: the VMs boot side by side.
 
@@ -128,14 +191,23 @@ class GceProvider:
         operations: dict[str, Any] = {}
         existing: set[str] = set()
         errors: list[str] = []
+        zone = offering.zone if offering and offering.zone else self.config.zone
+        machine = self.config.machine(offering.instance_type) if offering else None
+        spot = offering.purchase is Purchase.SPOT if offering else None
         for name in names:
             try:
-                body = instance_body(self.config, self.pool.name, name, launch_key)
+                body = instance_body(
+                    self.config, self.pool.name, name, launch_key, machine, zone, spot
+                )
                 resource = compute_v1.Instance.from_json(json.dumps(body))
             except ParseError as error:  # a field base_config names that the API lacks
                 return {}, set(), [f"base_config: {error}"]
+            self._seen.setdefault(name, _Seen({}, "", zone))
             request = compute_v1.InsertInstanceRequest(
-                **self._where, instance_resource=resource, request_id=request_id(name, "insert")
+                project=self.config.project,
+                zone=zone,
+                instance_resource=resource,
+                request_id=request_id(f"{name}@{zone}" if offering else name, "insert"),
             )
             try:
                 operations[name] = self.instances.insert(request=request)
@@ -145,25 +217,26 @@ class GceProvider:
                 errors.append(f"{name}: {error.message}")
         return operations, existing, errors
 
-    def _wait(self, operations: dict[str, Any]) -> list[str]:
-        """Wait on each insert; an operation that ends in error is a launch error.
+    def _wait(self, operations: dict[str, Any]) -> dict[str, str]:
+        """Wait on each insert; an operation that ends in error is a launch error, by VM.
 
         The quota or capacity answer often arrives only here, in the finished operation.
         """
-        errors = []
+        errors = {}
         deadline = self.clock() + self.config.operation_timeout_period
         for name, operation in list(operations.items()):
-            problem = self._finish(operation.name, deadline)
+            problem = self._finish(operation.name, deadline, self._where(name))
             if problem:
-                errors.append(f"{name}: {problem}")
+                errors[name] = problem
                 del operations[name]
+                self._seen.pop(name, None)
         return errors
 
-    def _finish(self, operation: str, deadline: datetime) -> str | None:
+    def _finish(self, operation: str, deadline: datetime, where: dict[str, str]) -> str | None:
         """Wait for a zone operation; its error as text, or None when it succeeded."""
         while True:
             # zoneOperations.wait returns when the operation is done or after a while.
-            result = self.operations.wait(**self._where, operation=operation)
+            result = self.operations.wait(**where, operation=operation)
             if result.status == compute_v1.Operation.Status.DONE:
                 errors = result.error.errors if result.error else []
                 return "; ".join(f"{e.code}: {e.message}" for e in errors) or None
@@ -197,7 +270,7 @@ class GceProvider:
         for termination in terminations:
             name = termination.instance_id
             request = compute_v1.DeleteInstanceRequest(
-                **self._where, instance=name, request_id=request_id(name, "delete")
+                **self._where(name), instance=name, request_id=request_id(name, "delete")
             )
             with contextlib.suppress(google_errors.NotFound):  # gone already: done
                 self.instances.delete(request=request)
@@ -229,10 +302,10 @@ class GceProvider:
             )
             try:
                 operation = self.instances.set_labels(
-                    **self._where, instance=name, instances_set_labels_request_resource=body
+                    **self._where(name), instance=name, instances_set_labels_request_resource=body
                 )
                 deadline = self.clock() + self.config.operation_timeout_period
-                problem = self._finish(operation.name, deadline)
+                problem = self._finish(operation.name, deadline, self._where(name))
                 if problem:
                     raise RuntimeError(f"setLabels on {name}: {problem}")
                 return
@@ -244,5 +317,11 @@ class GceProvider:
                 return  # deleted meanwhile: nothing to mark
 
     def _read(self, name: str) -> _Seen:
-        item = self.instances.get(**self._where, instance=name)
-        return _Seen(dict(item.labels), item.label_fingerprint)
+        where = self._where(name)
+        item = self.instances.get(**where, instance=name)
+        return _Seen(dict(item.labels), item.label_fingerprint, where["zone"])
+
+
+def _codes(problem: str) -> set[str]:
+    """The error codes in an operation's error text ("CODE: message; CODE: message")."""
+    return {part.split(":", 1)[0].strip() for part in problem.split("; ")}

@@ -12,11 +12,12 @@ import binascii
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dynagent.config import Config, GcpProvider, Pool, load_config
+from dynagent.fallback import CapacityMemory
 from dynagent.reconcile import Outcome, apply_snapshot, log_outcome, sweep
 from dynagent.snapshot import InvalidSnapshot, parse_snapshot
 
@@ -67,6 +68,8 @@ class GcpFunctions:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
     logger: Any = None
+    # Per pool, the offerings recently out of capacity: kept by a warm function only.
+    capacity: dict[str, CapacityMemory] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # AWS pools in a shared config belong to the AWS functions.
@@ -95,6 +98,7 @@ class GcpFunctions:
             self.config.settings,
             clock=self.clock,
             sleep=self.sleep,
+            memory=self.capacity.setdefault(pool.name, CapacityMemory()),
         )
 
     # The reconcile function

@@ -10,7 +10,7 @@ import copy
 import hashlib
 from typing import Any
 
-from dynagent.pools.gcp import GcpProvider
+from dynagent.pools.gcp import GcpInstanceType, GcpProvider
 from dynagent.userdata import agent_startup_script
 
 from .labels import LAUNCH_KEY_LABEL, identity_labels, label_safe
@@ -32,9 +32,32 @@ def instance_names(provider: GcpProvider, launch_key: str, count: int) -> list[s
     return [f"{base}-{index}" for index in range(count)]
 
 
-def instance_body(provider: GcpProvider, pool: str, name: str, launch_key: str) -> dict[str, Any]:
-    zone = provider.zone
-    kind = provider.instance_type
+def offering_names(
+    provider: GcpProvider, launch_key: str, offering_key: str, count: int
+) -> list[str]:
+    """Names for ``count`` VMs of one offering of a plan: deterministic from (pool, seq,
+    offering, index), so a replay asks for the same names, and a VM refused in one zone
+    is asked for under another name in the next."""
+    digest = hashlib.sha256(offering_key.encode()).hexdigest()[:6]
+    base = instance_names(provider, launch_key, 1)[0].rsplit("-", 1)[0]
+    if len(base) + len(f"-{digest}-{count}") > MAX_NAME:
+        base = base[: MAX_NAME - len(f"-{digest}-{count}")].rstrip("-")
+    return [f"{base}-{digest}-{index}" for index in range(count)]
+
+
+def instance_body(
+    provider: GcpProvider,
+    pool: str,
+    name: str,
+    launch_key: str,
+    machine: GcpInstanceType | None = None,
+    zone: str | None = None,
+    spot: bool | None = None,
+) -> dict[str, Any]:
+    """The VM to insert: the pool's one machine in its zone, or an offering's."""
+    zone = zone or provider.zone
+    kind = machine or provider.instance_type
+    spot = provider.spot if spot is None else spot
     ours: dict[str, Any] = {
         "name": name,
         "machineType": f"zones/{zone}/machineTypes/{kind.machine_type}",
@@ -51,7 +74,7 @@ def instance_body(provider: GcpProvider, pool: str, name: str, launch_key: str) 
             }
         ],
         "networkInterfaces": [_network_interface(provider)],
-        "scheduling": _scheduling(provider),
+        "scheduling": _scheduling(kind, spot),
         "metadata": {
             "items": [
                 {
@@ -90,13 +113,13 @@ def _network_interface(provider: GcpProvider) -> dict[str, Any]:
     return interface
 
 
-def _scheduling(provider: GcpProvider) -> dict[str, Any]:
+def _scheduling(kind: GcpInstanceType, spot: bool) -> dict[str, Any]:
     # GPUs cannot live-migrate: the VM must stop for host maintenance.
     scheduling: dict[str, Any] = {"onHostMaintenance": "TERMINATE", "automaticRestart": False}
-    if provider.spot:
+    if spot:
         scheduling["provisioningModel"] = "SPOT"
         scheduling["instanceTerminationAction"] = "DELETE"
-    elif provider.instance_type.preemptible:
+    elif kind.preemptible:
         scheduling["preemptible"] = True
     return scheduling
 
