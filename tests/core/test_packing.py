@@ -216,3 +216,16 @@ def test_matches_a_plain_first_fit_decreasing(seed: int) -> None:
     assert demand.new_instances == expected_new
     assert [t.task for t, _ in demand.waiting] == expected_waiting
     assert len(demand.new_instances) <= room
+
+
+P3 = [Shape("p3.2xlarge", 1, 3.06), Shape("p3.8xlarge", 4, 12.24), Shape("p3.16xlarge", 8, 24.48)]
+
+
+def test_the_last_machines_may_be_smaller_than_the_largest_task() -> None:
+    # 2 + 2 + 1 slots: a p3.8xlarge for the 2s and a p3.2xlarge for the 1 cost $15.30 an
+    # hour; a p3.16xlarge for all three $24.48. The 1-slot task's machine may be smaller
+    # than the 2-slot tasks'.
+    pending = (task("a", 2), task("b", 2), task("c", 1))
+    demand = pack(pending, P3, [], room=10, max_instances=10)
+    machines = sorted((m.shape.instance_type, tuple(m.tasks)) for m in demand.new_machines)
+    assert machines == [("p3.2xlarge", ("c",)), ("p3.8xlarge", ("a", "b"))]
