@@ -41,7 +41,7 @@ def replay_trace(path: Path) -> dict[str, Any]:
         start = time.perf_counter()
         run = simulate(trace, pool, config.settings, name)
         seconds = time.perf_counter() - start
-        column = summarise(run, limit, 32.7726)
+        column = summarise(run, limit)
         found[name] = {
             "wall_seconds": round(seconds, 2),
             "gpu_hours": round(column.gpu_hours, 1),
