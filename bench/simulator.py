@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import mixed_fleet
+
 from dynagent.config import parse_config
 from dynagent.simulate.command import DEFAULT_POOL_YAML
 from dynagent.simulate.metrics import limit_gpu_seconds, summarise
@@ -41,7 +43,7 @@ def replay_trace(path: Path) -> dict[str, Any]:
         start = time.perf_counter()
         run = simulate(trace, pool, config.settings, name)
         seconds = time.perf_counter() - start
-        column = summarise(run, limit, 32.7726)
+        column = summarise(run, limit)
         found[name] = {
             "wall_seconds": round(seconds, 2),
             "gpu_hours": round(column.gpu_hours, 1),
@@ -87,6 +89,11 @@ def run() -> dict[str, Any]:
             flush=True,
         )
     largest = traces.get(LARGEST, {}).get("wall_seconds")
+    print("  on a pool of p3.2xlarge | p3.8xlarge | p3.16xlarge:", flush=True)
+    mixed = mixed_fleet.run(paths)
+    mixed_targets = {
+        f"mixed_{key}": value for key, value in mixed["targets"].items() if isinstance(value, bool)
+    }
     return {
         "traces_dir": str(directory),
         "pool": "default: p4d.24xlarge x 8 GPUs, 0..1000, idle 20m, starting 20m",
@@ -101,7 +108,9 @@ def run() -> dict[str, Any]:
             "dynagent_never_worse_wait_p95": all(
                 t["dynagent_not_worse"]["wait_p95"] for t in traces.values()
             ),
+            **mixed_targets,
         },
+        "mixed_fleet": mixed,
     }
 
 

@@ -227,7 +227,9 @@ def _headroom(ctx: _Context, demand: Demand, smallest: Shape, live: int) -> list
     """Machines of the smallest shape to keep ``warm_headroom_slots`` free slots."""
     provider = ctx.provider
     wanted = provider.warm_headroom_slots
-    if not wanted or smallest.slots <= 0:
+    # Without a snapshot the free slots of busy agents are unknown, and would count as
+    # none: the sweep would launch headroom that is there. The next snapshot keeps it.
+    if not wanted or smallest.slots <= 0 or ctx.snapshot is None:
         return []
     free = sum(f for slots, f in demand.free_after if slots == smallest.slots)
     free += sum(
@@ -316,6 +318,11 @@ def _walk_fleet(ctx: _Context) -> _Survey:
         if agent is None and instance.registered_at is None:
             slots = ctx.slots(instance, None)
             survey.room.append((instance.id, Existing(slots, slots)))
+        elif agent is None and not with_snapshot and since is not None:
+            # The sweep knows an agent's free slots only from its idle mark: all of them.
+            # The warm headroom guard counts them, so the sweep keeps what it needs.
+            slots = ctx.slots(instance, None)
+            survey.room.append((instance.id, Existing(slots, slots, arriving=False)))
         elif agent is not None and agent.used_slots < agent.slots:
             free = agent.slots - agent.used_slots
             survey.room.append((instance.id, Existing(agent.slots, free, arriving=False)))

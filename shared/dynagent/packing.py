@@ -195,7 +195,7 @@ def _open_machines(
         fitting = [s for s in shapes if s.slots >= top]
         if not fitting or opened >= room:
             break
-        shape = _next_shape(queue, fitting, tuple(shapes), room - opened)
+        shape = _next_shape(queue, fitting, shapes, room - opened)
         tasks, free = queue.fill(shape.slots)
         demand.new_machines.append(NewMachine(shape, tasks, shape.slots - free))
         opened += 1
@@ -207,19 +207,22 @@ def _open_machines(
         demand.waiting.append((task, reason))
 
 
-def _next_shape(queue: _Queue, fitting: list[Shape], shapes: tuple[Shape, ...], room: int) -> Shape:
-    """The shape of the next machine to open.
+def _next_shape(queue: _Queue, fitting: list[Shape], shapes: Sequence[Shape], room: int) -> Shape:
+    """The shape of the next machine to open, among those ``fitting`` the largest task.
 
     While the tasks left fill whole machines, the shape cheapest per slot (the larger on
     a tie: fewer machines); for the last, partly filled ones, the cheapest way to hold
     what is left, found by trying each shape in turn (what is left is less than one
     machine, so the search is small). With too little room for that, the largest shape.
+    The cover may use every shape: after the largest tasks, the machines for the small
+    ones left may be smaller than the first (2 + 2 + 1 slots: a 4-slot and a 1-slot
+    machine), and it checks at each step that the machine holds its largest task.
     """
     bulk = min(fitting, key=lambda s: (s.price_per_slot, -s.slots))
     total = sum(slots * queue.count(slots) for slots in queue.sizes())
     if total >= bulk.slots:
         return bulk
-    _, machines, first = _cheapest_cover(queue.counts(), shapes)
+    _, machines, first = _cheapest_cover(queue.counts(), tuple(shapes))
     if first is None or machines > room:
         return max(fitting, key=lambda s: (s.slots, -s.price))
     return first

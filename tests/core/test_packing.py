@@ -245,3 +245,16 @@ def test_several_shapes_place_every_task_once_and_never_cost_more(seed: int) -> 
 def test_two_two_slot_tasks_share_a_four_gpu_machine() -> None:
     demand = pack((task("a", 2), task("b", 2)), SHAPES, [], room=10, max_instances=10)
     assert [(m.shape.instance_type, m.tasks) for m in demand.new_machines] == [("m", ["a", "b"])]
+
+
+P3 = [Shape("p3.2xlarge", 1, 3.06), Shape("p3.8xlarge", 4, 12.24), Shape("p3.16xlarge", 8, 24.48)]
+
+
+def test_the_last_machines_may_be_smaller_than_the_largest_task() -> None:
+    # 2 + 2 + 1 slots: a p3.8xlarge for the 2s and a p3.2xlarge for the 1 cost $15.30 an
+    # hour; a p3.16xlarge for all three $24.48. The 1-slot task's machine may be smaller
+    # than the 2-slot tasks'.
+    pending = (task("a", 2), task("b", 2), task("c", 1))
+    demand = pack(pending, P3, [], room=10, max_instances=10)
+    machines = sorted((m.shape.instance_type, tuple(m.tasks)) for m in demand.new_machines)
+    assert machines == [("p3.2xlarge", ("c",)), ("p3.8xlarge", ("a", "b"))]

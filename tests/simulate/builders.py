@@ -30,6 +30,17 @@ def pool(**overrides: Any) -> Pool:
     return Pool.model_validate({"name": "gpu", "provider": provider})
 
 
+def mixed_pool(**overrides: Any) -> Pool:
+    """Three sizes of V100 machine at list prices (1, 4 and 8 GPUs, $3.06 a GPU-hour on
+    each); Determined's baseline runs on the p3.16xlarge alone."""
+    fields: dict[str, Any] = {
+        "instance_type": "p3.16xlarge",
+        "offerings": {"instance_types": ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]},
+        "max_instances": 8,
+    }
+    return pool(**(fields | overrides))
+
+
 def trace(*jobs: tuple[int, int, int]) -> Trace:
     """Jobs as (arrival, duration, gpus), named job-1, job-2, ... in that order."""
     made = [Job(f"job-{n}", arrival, duration, gpus) for n, (arrival, duration, gpus) in

@@ -23,6 +23,22 @@ resource_pools:
 """
 
 
+MIXED = """
+resource_pools:
+  - pool_name: mixed
+    provider:
+      type: aws
+      region: us-east-1
+      image_id: ami-0123456789abcdef0
+      instance_type: p3.16xlarge
+      offerings:
+        instance_types: [p3.2xlarge, p3.8xlarge, p3.16xlarge]
+        prices: {p3.16xlarge: 20.0}
+      max_instances: 8
+      max_idle_agent_period: 5m
+"""
+
+
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "trace.csv").write_text(TRACE)
@@ -59,7 +75,7 @@ def test_no_config_means_the_default_8_gpu_pool(
     out = capsys.readouterr().out
     assert "pool default: p4d.24xlarge, 8 GPUs each, 0..1000 instances" in out
     assert "determined" not in out.split("\n\n")[1]
-    assert "$10.00 per instance-hour" in out
+    assert "price per instance-hour: p4d.24xlarge $10.00" in out
 
 
 def test_a_sweep_runs_each_value(
@@ -78,6 +94,36 @@ def test_a_sweep_runs_each_value(
     assert "cost against p95 wait" in files["out.html"].read_text()
 
 
+def test_a_pool_with_offerings_and_an_outage(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files["pool.yaml"].write_text(MIXED)
+    args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
+    args += ["--unavailable", "p3.2xlarge=0s-3h", "--json", str(files["out.json"])]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "pool mixed: p3.2xlarge | p3.8xlarge | p3.16xlarge, 1-8 GPUs each" in out
+    assert "p3.2xlarge $3.06, p3.8xlarge $12.24, p3.16xlarge $20.00" in out
+    assert "determined runs p3.16xlarge at $20.00" in out
+    assert "no capacity for p3.2xlarge from 0s to 3h" in out
+    document = json.loads(files["out.json"].read_text())
+    ours, theirs = document["columns"]["dynagent"], document["columns"]["determined"]
+    # The 1-GPU job at 7200 s found no p3.2xlarge and fell back to a p3.8xlarge.
+    assert ours["refusals"] == 1 and "p3.2xlarge" not in ours["launches_by_type"]
+    assert theirs["launches_by_type"] == {"p3.16xlarge": theirs["launches"]}
+    assert document["baseline"] == {"instance_type": "p3.16xlarge", "price": 20.0}
+    assert {"wait_p50", "wait_p95"} <= set(ours)
+
+
+def test_price_is_for_a_pool_of_one_type(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files["pool.yaml"].write_text(MIXED)
+    args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
+    assert main([*args, "--price", "5"]) == 2
+    assert "offerings.prices" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -86,6 +132,7 @@ def test_a_sweep_runs_each_value(
         (["--sweep", "colour=red,blue"], "not a field"),
         (["--sweep", "max_idle_agent_period=soon"], "not a duration"),
         (["--heartbeat", "0s"], "--heartbeat"),
+        (["--unavailable", "p3.2xlarge=5h"], "--unavailable"),
     ],
 )
 def test_mistakes_are_reported_before_any_run(

@@ -8,21 +8,24 @@ same master and cloud, and the physical limit. ``dynagent simulate`` is the fron
 """
 
 from dynagent.simulate.boot import BootModel
-from dynagent.simulate.replay import DEFAULT_PRICE, Replay, replay
+from dynagent.simulate.capacity import Outage, parse_outage
+from dynagent.simulate.replay import Prices, Replay, replay
 from dynagent.simulate.run import POLICIES, PolicyRun, RunOptions, simulate
 from dynagent.simulate.trace import Job, Trace, TraceError, load_trace
 
 __all__ = [
-    "DEFAULT_PRICE",
     "POLICIES",
     "BootModel",
     "Job",
+    "Outage",
     "PolicyRun",
+    "Prices",
     "Replay",
     "RunOptions",
     "Trace",
     "TraceError",
     "load_trace",
+    "parse_outage",
     "replay",
     "simulate",
 ]

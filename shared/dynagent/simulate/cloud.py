@@ -4,24 +4,35 @@
 fleet, launches a plan's instances (idempotently, by the plan's launch key), terminates,
 and writes marks on the instances, where later passes read them back, as tags are on
 EC2. Launched instances show running and register their agent after the boot model's
-times; those arrive as events on the run's clock. An instance bills from its launch to
-its termination, per second.
+times; those arrive as events on the run's clock.
 
-The simulated pool has no spot requests: a spot pool is simulated as instances at the
-price given, so ``cancel`` and ``adopt`` have nothing to act on.
+A plan's launches go through ``launch_with_fallback``, as in every cloud adapter: an
+offering an outage window covers reports no capacity, the machines move on to their
+next offering in the same pass, and the cloud's ``CapacityMemory`` keeps the refused
+offering out of the next decisions (``Fleet.unavailable``) for a few minutes.
+
+Each instance is of one offering (a type, its slots, its price, a zone, a purchase) and
+bills from its launch to its termination, per second, at that offering's price. The
+simulated pool has no spot requests: a spot offering is an instance at its price, so
+``cancel`` and ``adopt`` have nothing to act on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from dynagent.fallback import Attempt, CapacityMemory, launch_with_fallback
 from dynagent.fleet import Fleet, Instance, InstanceState, Mark
+from dynagent.offerings import Offering, Purchase
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 from dynagent.provider import LaunchResult
 from dynagent.simulate.boot import BootSampler
-from dynagent.simulate.clock import Events, Kind, at
+from dynagent.simulate.capacity import Outage, covered
+from dynagent.simulate.clock import Events, Kind, at, seconds_at
+
+HOUR = 3600
 
 
 @dataclass
@@ -29,6 +40,7 @@ class SimInstance:
     """One launched instance, as the simulated cloud keeps it."""
 
     id: str
+    offering: Offering
     launched: int
     registers_at: int
     running: bool = False
@@ -38,46 +50,94 @@ class SimInstance:
     # What ``observe`` shows of it, rebuilt only after it changed.
     _view: Instance | None = None
 
+    @property
+    def slots(self) -> int:
+        return self.offering.slots
+
     def view(self) -> Instance:
         if self._view is None:
             state = InstanceState.RUNNING if self.running else InstanceState.STARTING
-            self._view = Instance(self.id, state, at(self.launched), self.marks)
+            offering = self.offering
+            self._view = Instance(
+                self.id,
+                state,
+                at(self.launched),
+                self.marks,
+                instance_type=offering.instance_type,
+                zone=offering.zone,
+                spot=offering.purchase is Purchase.SPOT,
+            )
         return self._view
 
     def changed(self) -> None:
         self._view = None
 
 
-class SimCloud:
-    """One pool's instances in a simulated cloud, on the run's clock."""
+@dataclass
+class Bill:
+    """What instances billed: instance-seconds, slot-seconds and dollars."""
 
-    def __init__(self, boot: BootSampler, events: Events, clock: Callable[[], int]) -> None:
+    instance_seconds: int = 0
+    slot_seconds: int = 0
+    dollars: float = 0.0
+
+    def add(self, instance: SimInstance, seconds: int, price: float) -> None:
+        self.instance_seconds += seconds
+        self.slot_seconds += instance.slots * seconds
+        self.dollars += price * seconds / HOUR
+
+
+class SimCloud:
+    """One pool's instances in a simulated cloud, on the run's clock.
+
+    ``default`` is what ``start`` launches when no offering is named (the baseline's one
+    type); ``price`` overrides every offering's price (``--price``, for a pool of one
+    type); ``outages`` are the windows with no capacity.
+    """
+
+    def __init__(
+        self,
+        boot: BootSampler,
+        events: Events,
+        clock: Callable[[], int],
+        default: Offering,
+        outages: Sequence[Outage] = (),
+        price: float | None = None,
+    ) -> None:
         self.boot = boot
         self.events = events
         self.clock = clock
+        self.default = default
+        self.outages = tuple(outages)
+        self.price = price
+        self.memory = CapacityMemory()
         self.live: dict[str, SimInstance] = {}
+        self.live_slots = 0
         self.launches = 0
+        self.launches_by_type: dict[str, int] = {}
         self.terminations = 0
-        self._closed_seconds = 0  # billed by instances already terminated
+        # Launch calls the cloud refused for capacity (one per offering and pass).
+        self.refusals = 0
+        self._closed = Bill()  # billed by instances already terminated
         self._keys: dict[str, tuple[str, ...]] = {}
         self._gone: list[str] = []
-        self._fleet: Fleet | None = None
+        self._instances: tuple[Instance, ...] | None = None
 
     # The Provider contract
 
     def observe(self) -> Fleet:
-        if self._fleet is None:
-            self._fleet = Fleet(instances=tuple(i.view() for i in self.live.values()))
-        return self._fleet
+        if self._instances is None:
+            self._instances = tuple(i.view() for i in self.live.values())
+        return Fleet(self._instances, unavailable=self.memory.unavailable(at(self.clock())))
 
     def launch(self, plan: Plan) -> LaunchResult:
         if not plan.launches:
             return LaunchResult()
         if plan.launch_key in self._keys:  # a replay: the token was used, as on EC2
             return LaunchResult(started=self._keys[plan.launch_key], replayed=True)
-        started = self.start(len(plan.launches))
-        self._keys[plan.launch_key] = started
-        return LaunchResult(started=started)
+        result = launch_with_fallback(plan.launches, self._call, self.memory, at(self.clock()))
+        self._keys[plan.launch_key] = result.started
+        return result
 
     def terminate(self, terminations: tuple[Termination, ...]) -> None:
         now = self.clock()
@@ -86,10 +146,11 @@ class SimCloud:
             if instance is None:
                 continue  # not found counts as done
             instance.terminated = now
-            self._closed_seconds += now - instance.launched
+            self._closed.add(instance, now - instance.launched, self._price(instance))
+            self.live_slots -= instance.slots
             self.terminations += 1
             self._gone.append(instance.id)
-            self._fleet = None
+            self._instances = None
 
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
         """No spot requests in the simulated cloud: nothing to cancel."""
@@ -111,23 +172,27 @@ class SimCloud:
                     updated[write.mark] = write.value
                 instance.marks = updated
                 instance.changed()
-                self._fleet = None
+                self._instances = None
 
     # What the run and the baseline need besides
 
-    def start(self, count: int) -> tuple[str, ...]:
+    def start(self, count: int, offering: Offering | None = None) -> tuple[str, ...]:
         """Launch ``count`` instances now; their boot events go on the run's clock."""
         now = self.clock()
+        offering = offering or self.default
+        by_type = self.launches_by_type
+        by_type[offering.instance_type] = by_type.get(offering.instance_type, 0) + count
         started = []
         for _ in range(count):
             self.launches += 1
             running_after, registered_after = self.boot.draw()
-            instance = SimInstance(f"i-{self.launches:08x}", now, now + registered_after)
+            instance = SimInstance(f"i-{self.launches:08x}", offering, now, now + registered_after)
             self.live[instance.id] = instance
+            self.live_slots += instance.slots
             self.events.schedule(now + running_after, Kind.INSTANCE_RUNNING, instance.id)
             self.events.schedule(instance.registers_at, Kind.AGENT_REGISTERED, instance.id)
             started.append(instance.id)
-        self._fleet = None
+        self._instances = None
         return tuple(started)
 
     def show_running(self, instance_id: str) -> None:
@@ -135,7 +200,7 @@ class SimCloud:
         if instance is not None:
             instance.running = True
             instance.changed()
-            self._fleet = None
+            self._instances = None
 
     def take_terminated(self) -> list[str]:
         """Instances terminated since the last call: their agents are gone from the master."""
@@ -145,6 +210,22 @@ class SimCloud:
     def instances(self) -> Iterator[SimInstance]:
         return iter(self.live.values())
 
-    def billed_seconds(self, until: int) -> int:
-        """Instance-seconds billed up to ``until``, counting live instances up to then."""
-        return self._closed_seconds + sum(until - i.launched for i in self.live.values())
+    def remembered_until(self) -> list[int]:
+        """When each offering the cloud refused comes back into decisions."""
+        return [seconds_at(until) for until in self.memory.until.values()]
+
+    def bill(self, until: int) -> Bill:
+        """What was billed up to ``until``, counting live instances up to then."""
+        total = Bill(self._closed.instance_seconds, self._closed.slot_seconds, self._closed.dollars)
+        for instance in self.live.values():
+            total.add(instance, until - instance.launched, self._price(instance))
+        return total
+
+    def _call(self, offering: Offering, count: int) -> Attempt:
+        if covered(self.outages, offering, self.clock()):
+            self.refusals += 1
+            return Attempt(out_of_capacity=True)
+        return Attempt(started=self.start(count, offering))
+
+    def _price(self, instance: SimInstance) -> float:
+        return instance.offering.price if self.price is None else self.price

@@ -53,7 +53,16 @@ def add_parser(commands: Any) -> None:
         type=float,
         default=None,
         metavar="DOLLARS",
-        help="per instance-hour (default: 32.7726, p4d.24xlarge on-demand in us-east-1)",
+        help="per instance-hour, for a pool of one instance type (default: its built-in "
+        "list price; a pool with offerings takes its prices from them)",
+    )
+    simulate.add_argument(
+        "--unavailable",
+        action="append",
+        default=[],
+        metavar="TYPE[@ZONE]=START-END",
+        help="no capacity for that offering from START to END after the trace's start, "
+        "e.g. p3.2xlarge=2h-5h (repeatable)",
     )
     duration = {"metavar": "DURATION"}
     simulate.add_argument(
@@ -89,7 +98,6 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from dynagent.simulate.plot import check_plot_path
-    from dynagent.simulate.replay import DEFAULT_PRICE
     from dynagent.simulate.run import POLICIES
     from dynagent.simulate.trace import load_trace
 
@@ -102,7 +110,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     common = {
         "policies": tuple(args.policy or POLICIES),
         "options": _options(args),
-        "price": DEFAULT_PRICE if args.price is None else args.price,
         "progress": _progress(args),
     }
     if args.sweep:
@@ -172,6 +179,7 @@ def _pool(config: Config, name: str | None) -> Pool:
 
 def _options(args: argparse.Namespace) -> RunOptions:
     from dynagent.simulate.boot import BootModel
+    from dynagent.simulate.capacity import parse_outage
     from dynagent.simulate.run import RunOptions
 
     boot = BootModel(
@@ -183,7 +191,13 @@ def _options(args: argparse.Namespace) -> RunOptions:
     heartbeat = _seconds(args.heartbeat)
     if heartbeat <= 0:
         raise ValueError("--heartbeat must be at least 1s")
-    return RunOptions(boot=boot, heartbeat=heartbeat, exhaustive=args.exhaustive)
+    return RunOptions(
+        boot=boot,
+        heartbeat=heartbeat,
+        exhaustive=args.exhaustive,
+        outages=tuple(parse_outage(text) for text in args.unavailable),
+        price=args.price,
+    )
 
 
 def _seconds(text: str) -> int:

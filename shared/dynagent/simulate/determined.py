@@ -14,6 +14,10 @@ Determined's ``ScaleDecider`` does:
   it launches ``clamp(min - n, demand - recently launched, max - n)`` instances, where
   ``n`` counts the instances listed at the start of the tick, as Determined does.
 
+Determined's provisioner launches one instance type, so with a pool that lists
+``offerings`` the baseline runs on the pool without them: its ``instance_type``, at the
+price the offerings give that type, else the built-in list price (``baseline_pool``).
+
 Only what a tick can see changes its outcome, so, unless ``exhaustive`` is set, ticks
 run only at the first tick after the master's view changed, after a timer ran out, or
 after a tick that launched or terminated (the next one lists the changed fleet).
@@ -21,7 +25,12 @@ after a tick that launched or terminated (the next one lists the changed fleet).
 
 from __future__ import annotations
 
-from dynagent.config import Pool
+import dataclasses
+
+from pydantic import ValidationError
+
+from dynagent.config import ConfigError, Pool
+from dynagent.offerings import Offering, Purchase
 from dynagent.plan import Termination
 from dynagent.simulate.clock import next_on_grid
 from dynagent.simulate.cloud import SimCloud, SimInstance
@@ -29,6 +38,33 @@ from dynagent.simulate.master import SimMaster
 from dynagent.simulate.policy import Change
 
 TICK = 5  # seconds: Determined's provisioner acts this often
+
+
+def baseline_pool(pool: Pool) -> Pool:
+    """The pool as Determined's provisioner runs it: without ``offerings``."""
+    if pool.provider.offerings is None:
+        return pool
+    fields = pool.provider.model_dump()
+    fields["offerings"] = None
+    try:
+        return Pool.model_validate({"name": pool.name, "provider": fields})
+    except ValidationError as error:
+        problems = "; ".join(item["msg"].removeprefix("Value error, ") for item in error.errors())
+        raise ConfigError(
+            f"pool {pool.name!r}: the determined baseline runs on its instance_type alone, "
+            f"which does not load: {problems}"
+        ) from None
+
+
+def baseline_offering(pool: Pool) -> Offering:
+    """What the baseline launches: the pool's instance_type, priced by the pool's
+    offerings where they list it (their ``prices``), else by the built-in table."""
+    only = baseline_pool(pool).provider.catalog().offerings[0]
+    if pool.provider.offerings is None:
+        return only
+    spot = only.purchase is Purchase.SPOT
+    price = pool.provider.catalog().price_of(only.instance_type, spot)
+    return dataclasses.replace(only, price=price) if price > 0 else only
 
 
 class DeterminedPolicy:

@@ -5,11 +5,15 @@ autoscaler can tell: tasks wait in arrival order; whatever fits is placed, so a 
 task may pass a large one that does not fit yet; a task that fits on one agent goes to
 the agent with the fewest free slots that can hold it (Determined's ``best`` fitting
 policy, which leaves other agents idle for the autoscaler to reap); a task larger than
-one agent takes whole idle agents, all at once or not at all.
+one agent takes whole idle agents of the largest size, all at once or not at all.
+
+Agents may be of several sizes (a pool with offerings of several machine types): each
+registers with its instance's slots, and best fit looks across all of them.
 
 It is built for traces of tens of thousands of tasks on hundreds of agents: agents are
-kept in buckets by free slots, so a placement costs a scan of at most ``slots`` buckets,
-and the wire objects of a snapshot are made once per change, not per snapshot.
+kept in buckets by free slots, so a placement costs a scan of at most ``slots`` buckets
+(the largest agent's), and the wire objects of a snapshot are made once per change,
+not per snapshot.
 """
 
 from __future__ import annotations
@@ -73,16 +77,34 @@ class SimAgent:
 
 
 class SimMaster:
-    """One resource pool's master: agents of ``slots`` slots each, at most ``max_agents``."""
+    """One resource pool's master: agents of at most ``slots`` slots each (the largest
+    machine's), at most ``max_agents`` of them.
 
-    def __init__(self, pool: str, slots: int, max_agents: int, events: Events) -> None:
+    With ``free_slots_matter`` (a pool keeping warm headroom, which counts free slots),
+    any agent's free slots changing is a change a decision reads.
+    """
+
+    def __init__(
+        self,
+        pool: str,
+        slots: int,
+        max_agents: int,
+        events: Events,
+        free_slots_matter: bool = False,
+    ) -> None:
         self.pool = pool
         self.slots = slots
         self.max_agents = max_agents
         self.events = events
+        self.free_slots_matter = free_slots_matter
         self.agents: dict[str, SimAgent] = {}
         # by_free[f]: agents with f free slots, in the order they got there (a dict keeps it).
+        # by_free[slots] holds only idle agents of the largest size: what gangs take.
         self.by_free: list[dict[SimAgent, None]] = [{} for _ in range(slots + 1)]
+        # Idle agents of every size, and the slots of connected and of idle agents.
+        self.idle_agents: dict[SimAgent, None] = {}
+        self.connected_slots = 0
+        self.idle_slots = 0
         self.queue: list[Task] = []
         self.waits: list[int] = []
         self.busy_slots = 0
@@ -110,11 +132,16 @@ class SimMaster:
         self.touched = True
         return task
 
-    def connect(self, agent_id: str) -> None:
-        agent = SimAgent(agent_id, self.slots)
+    def connect(self, agent_id: str, slots: int | None = None) -> None:
+        """An agent registers with its instance's slots (default: the largest size)."""
+        agent = SimAgent(agent_id, self.slots if slots is None else slots)
+        if agent.slots > self.slots:
+            raise ValueError(f"agent {agent_id} has {agent.slots} slots, over {self.slots}")
         self.agents[agent_id] = agent
         self.connections += 1
         self.by_free[agent.free][agent] = None
+        self.connected_slots += agent.slots
+        self._set_idle(agent)
         self.changed = self.touched = self._freed = True
 
     def disconnect(self, agent_id: str) -> None:
@@ -124,6 +151,10 @@ class SimMaster:
         if agent is None:
             return
         del self.by_free[agent.free][agent]
+        self.connected_slots -= agent.slots
+        if agent.used == 0:
+            del self.idle_agents[agent]
+            self.idle_slots -= agent.slots
         self.never_used += not agent.ever_used
         lost = sorted(agent.tasks, key=lambda t: t.job.arrival)
         for task in lost:
@@ -197,8 +228,8 @@ class SimMaster:
         return tuple(agent for agent, _ in zip(idle, range(need), strict=False))
 
     def _use(self, agent: SimAgent, slots: int) -> None:
-        if agent.used == 0 and slots:
-            self.changed = True  # idle -> busy
+        if (agent.used == 0 or self.free_slots_matter) and slots:
+            self.changed = True  # idle -> busy, or free slots that headroom counts
         self._move(agent, agent.used + slots)
         self.busy_slots += slots
 
@@ -209,21 +240,29 @@ class SimMaster:
             self.busy_slots -= per_agent
             if agent is not excluding:
                 self._move(agent, agent.used - per_agent)
-                if agent.used == 0:
-                    self.changed = True  # busy -> idle
+                if agent.used == 0 or self.free_slots_matter:
+                    self.changed = True  # busy -> idle, or free slots headroom counts
         task.agents = ()
         self.running -= 1
 
     def _move(self, agent: SimAgent, used: int) -> None:
+        was_idle = agent.used == 0
         del self.by_free[agent.free][agent]
         agent.used = used
         self.by_free[agent.free][agent] = None
+        if was_idle != (used == 0):
+            if was_idle:
+                del self.idle_agents[agent]
+                self.idle_slots -= agent.slots
+            else:
+                self._set_idle(agent)
+
+    def _set_idle(self, agent: SimAgent) -> None:
+        if agent.used == 0:
+            self.idle_agents[agent] = None
+            self.idle_slots += agent.slots
 
     # What the master says
-
-    @property
-    def idle_agents(self) -> dict[SimAgent, None]:
-        return self.by_free[self.slots]
 
     def snapshot(self, now: datetime) -> Snapshot:
         """The pool snapshot a master publishes: pending tasks and connected agents."""

@@ -42,6 +42,9 @@ class Summary:
     # The share of the tasks that started which waited at all (mostly for a boot).
     waited: float | None
     launches: int | None
+    # Launches by machine type, in the order first launched; refused launch calls.
+    launches_by_type: dict[str, int] | None
+    refusals: int | None
     unused_launches: int | None
     terminations: int | None
     never_scheduled: int
@@ -65,9 +68,9 @@ def limit_gpu_seconds(trace: Trace, slots: int, max_instances: int) -> int:
     )
 
 
-def summarise(run: PolicyRun, limit_seconds: int, price: float) -> Summary:
+def summarise(run: PolicyRun, limit_seconds: int) -> Summary:
     instance_hours = run.billed_instance_seconds / HOUR
-    gpu_hours = instance_hours * run.slots_per_instance
+    gpu_hours = run.billed_slot_seconds / HOUR
     return Summary(
         name=run.policy,
         instance_hours=instance_hours,
@@ -76,7 +79,7 @@ def summarise(run: PolicyRun, limit_seconds: int, price: float) -> Summary:
         free_gpu_hours=run.usage.free / HOUR,
         idle_gpu_hours=run.usage.idle / HOUR,
         booting_gpu_hours=run.usage.booting / HOUR,
-        cost=instance_hours * price,
+        cost=run.billed_dollars,
         vs_limit=gpu_hours / (limit_seconds / HOUR) if limit_seconds else math.inf,
         wait_p50=percentile(run.waits, 50),
         wait_p95=percentile(run.waits, 95),
@@ -85,6 +88,8 @@ def summarise(run: PolicyRun, limit_seconds: int, price: float) -> Summary:
         wait_mean=sum(run.waits) / len(run.waits) if run.waits else None,
         waited=sum(1 for wait in run.waits if wait) / len(run.waits) if run.waits else None,
         launches=run.launches,
+        launches_by_type=run.launches_by_type,
+        refusals=run.refusals,
         unused_launches=run.unused_launches,
         terminations=run.terminations,
         never_scheduled=run.never_scheduled,
@@ -93,7 +98,11 @@ def summarise(run: PolicyRun, limit_seconds: int, price: float) -> Summary:
     )
 
 
-def summarise_limit(limit_seconds: int, slots: int, price: float, larger_than_pool: int) -> Summary:
+def summarise_limit(
+    limit_seconds: int, slots: int, gpu_hour_price: float, larger_than_pool: int
+) -> Summary:
+    """The limit's column: its GPU-hours on ``slots``-slot instances, each GPU-hour at
+    ``gpu_hour_price`` (the cheapest per slot the pool can buy)."""
     gpu_hours = limit_seconds / HOUR
     instance_hours = gpu_hours / slots if slots else 0.0
     return Summary(
@@ -104,7 +113,7 @@ def summarise_limit(limit_seconds: int, slots: int, price: float, larger_than_po
         free_gpu_hours=0.0,
         idle_gpu_hours=0.0,
         booting_gpu_hours=0.0,
-        cost=instance_hours * price,
+        cost=gpu_hours * gpu_hour_price,
         vs_limit=1.0,
         wait_p50=0,
         wait_p95=0,
@@ -113,6 +122,8 @@ def summarise_limit(limit_seconds: int, slots: int, price: float, larger_than_po
         wait_mean=0.0,
         waited=0.0,
         launches=None,
+        launches_by_type=None,
+        refusals=None,
         unused_launches=None,
         terminations=None,
         never_scheduled=larger_than_pool,

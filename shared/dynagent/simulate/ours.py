@@ -8,8 +8,11 @@ A snapshot that says nothing new (a heartbeat, a sweep, or a change of the maste
 nothing a decision reads, like a busy agent getting busier) can only act when a timer of
 the decision has run out since the last pass (an agent idle for
 ``max_idle_agent_period``, an instance not registered after ``max_agent_starting_period``,
-an agent missing for ``max_disconnected_period``) or when the last pass changed the
-fleet (a launch can lift ``min_instances`` off an idle agent). So, unless ``exhaustive``
+an agent missing for ``max_disconnected_period``, an offering the cloud refused coming
+back into the choice when its capacity memory expires) or when the last pass changed
+the fleet (a launch can lift ``min_instances`` off an idle agent). A pool keeping warm
+headroom counts free slots, so there the master reports any agent's free slots changing
+as a change a decision reads. So, unless ``exhaustive``
 is set, such snapshots are reconciled only then: the same plans at the same times,
 without the hundreds of thousands of passes that change nothing over a month. Tests run
 both ways and compare.
@@ -122,6 +125,9 @@ class DynagentPolicy:
                 since = marks.get(mark)
                 if since is not None:
                     deadlines.append(seconds_at(since) + period)
+        # A refused offering back in the catalog may be the cheaper shape for pending
+        # tasks or the smallest one warm headroom is kept on.
+        deadlines += self.cloud.remembered_until()
         return min((d for d in deadlines if d > now), default=None)
 
 

@@ -68,10 +68,12 @@ def _line(label: str, key: str, times: Sequence[float], values: Sequence[float])
 
 
 def sweep_charts(field: str, points: Sequence[tuple[str, Replay]]) -> list[str]:
-    """Cost against the p95 and the mean wait, one line per policy, each point labelled
-    with its value. The p95 is mostly one boot for any idle period; the mean shows how
-    many more tasks wait for a boot when agents are reaped sooner."""
+    """Cost against the p50, the p95 and the mean wait, one line per policy, each point
+    labelled with its value. The p95 is mostly one boot for any idle period; the p50
+    says whether the typical task waits for one (what warm headroom buys); the mean
+    shows how many more tasks wait for a boot when agents are reaped sooner."""
     return [
+        _sweep_chart(field, points, "p50 wait", lambda c: float(c.wait_p50 or 0)),
         _sweep_chart(field, points, "p95 wait", lambda c: float(c.wait_p95 or 0)),
         _sweep_chart(field, points, "mean wait", lambda c: c.wait_mean or 0.0),
     ]

@@ -6,17 +6,57 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dynagent.config import Pool, Settings
+from dynagent.config import ConfigError, Pool, Settings
+from dynagent.simulate.determined import baseline_offering
 from dynagent.simulate.metrics import Summary, limit_gpu_seconds, summarise, summarise_limit
 from dynagent.simulate.run import POLICIES, PolicyRun, Progress, RunOptions, simulate
 from dynagent.simulate.trace import Trace
 
-# p4d.24xlarge (8 A100 GPUs), on-demand, Linux, us-east-1: $32.7726 per hour, from the
-# EC2 on-demand pricing page. Any --price can be given instead.
-DEFAULT_PRICE = 32.7726
-
 # Makes the progress callback of one policy's run (or None for no progress shown).
 ProgressFactory = Callable[[str], Progress | None]
+
+
+@dataclass(frozen=True)
+class Prices:
+    """What the cloud bills per instance-hour: each type dynagent may launch, and the
+    baseline's one type; and the cheapest GPU-hour, which is what the limit pays."""
+
+    by_type: dict[str, float]
+    baseline_type: str
+    baseline: float
+    gpu_hour: float
+
+
+def prices(pool: Pool, override: float | None) -> Prices:
+    """The pool's prices: from its catalog, or ``override`` for a pool of one type.
+
+    Refuses a price the simulation cannot know: a type with no built-in price and no
+    ``--price`` (or ``offerings.prices``), or ``--price`` on a pool with offerings."""
+    provider = pool.provider
+    if override is not None and provider.offerings is not None:
+        raise ConfigError(
+            f"pool {pool.name!r} has offerings: give their prices in offerings.prices, "
+            "not --price (which prices a pool of one instance type)"
+        )
+    if override is not None and override <= 0:
+        raise ConfigError("--price must be a positive price per instance-hour")
+    shapes = provider.catalog().shapes()
+    by_type = {s.instance_type: s.price if override is None else override for s in shapes}
+    baseline = baseline_offering(pool)
+    if override is None:
+        by_type.setdefault(baseline.instance_type, baseline.price)
+    unpriced = sorted(t for t, price in by_type.items() if price <= 0)
+    if unpriced:
+        raise ConfigError(
+            f"pool {pool.name!r}: no built-in price for {', '.join(unpriced)}; give --price "
+            "(or offerings.prices)"
+        )
+    return Prices(
+        by_type,
+        baseline.instance_type,
+        baseline.price if override is None else override,
+        gpu_hour=min(by_type[s.instance_type] / max(1, s.slots) for s in shapes),
+    )
 
 
 @dataclass(frozen=True)
@@ -26,7 +66,7 @@ class Replay:
     trace: Trace
     pool: Pool
     options: RunOptions
-    price: float
+    prices: Prices
     runs: tuple[PolicyRun, ...]
     columns: tuple[Summary, ...]
     wall_seconds: float
@@ -41,12 +81,12 @@ def replay(
     settings: Settings,
     policies: Sequence[str] = POLICIES,
     options: RunOptions | None = None,
-    price: float = DEFAULT_PRICE,
     progress: ProgressFactory | None = None,
 ) -> Replay:
     """Run ``trace`` under each policy on fresh copies of the same master and cloud."""
     started = time.perf_counter()
     options = options or RunOptions()
+    billed = prices(pool, options.price)
     provider = pool.provider
     slots, max_instances = provider.slots_per_instance, provider.max_instances
     limit = limit_gpu_seconds(trace, slots, max_instances)
@@ -55,8 +95,8 @@ def replay(
         for name in policies
     )
     larger = runs[0].larger_than_pool if runs else 0
-    columns = tuple(summarise(run, limit, price) for run in runs)
-    columns += (summarise_limit(limit, slots, price, larger),)
+    columns = tuple(summarise(run, limit) for run in runs)
+    columns += (summarise_limit(limit, slots, billed.gpu_hour, larger),)
     return Replay(
-        trace, pool, options, price, runs, columns, wall_seconds=time.perf_counter() - started
+        trace, pool, options, billed, runs, columns, wall_seconds=time.perf_counter() - started
     )

@@ -40,6 +40,7 @@ ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
     ("tasks that waited", lambda s: "-" if s.waited is None else f"{s.waited:.1%}"),
     ("launches", lambda s: _count(s.launches)),
     ("  that never ran a task", lambda s: _count(s.unused_launches)),
+    ("refused for capacity", lambda s: _count(s.refusals)),
     ("terminations", lambda s: _count(s.terminations)),
     ("tasks never scheduled", lambda s: _count(s.never_scheduled)),
     ("decisions", lambda s: _count(s.decisions)),
@@ -52,18 +53,37 @@ def describe(replay: Replay) -> list[str]:
     days = (trace.end - trace.start) / DAY
     boot = options.boot
     jitter = f" (± {boot.jitter}s, seed {boot.seed})" if boot.jitter else ""
-    return [
+    slots = sorted({shape.slots for shape in provider.catalog().shapes()})
+    gpus = "-".join(str(s) for s in (slots[0], slots[-1]) if s) if len(slots) > 1 else ""
+    headroom = provider.warm_headroom_slots
+    lines = [
         f"{trace.name}: {len(trace.jobs):,} jobs over {days:.1f} days, "
         f"{trace.busy_gpu_seconds / HOUR:,.0f} busy GPU-hours",
         f"pool {replay.pool.name}: {provider.shape}, "
-        f"{provider.slots_per_instance} GPUs each, "
+        f"{gpus or provider.slots_per_instance} GPUs each, "
         f"{provider.min_instances}..{provider.max_instances} instances, "
         f"idle {format_duration(provider.max_idle_agent_period)}, "
-        f"starting {format_duration(provider.max_agent_starting_period)}",
+        f"starting {format_duration(provider.max_agent_starting_period)}"
+        + (f", warm headroom {headroom} slots" if headroom else ""),
         f"boot: running after {boot.running_after}s, agent registered after "
-        f"{boot.registered_after}s{jitter}; heartbeat {options.heartbeat}s; "
-        f"${replay.price:,.2f} per instance-hour",
+        f"{boot.registered_after}s{jitter}; heartbeat {options.heartbeat}s",
+        "price per instance-hour: " + describe_prices(replay),
     ]
+    lines += [
+        f"no capacity for {o.instance_type}{f'@{o.zone}' if o.zone else ''} from "
+        f"{format_duration(timedelta(seconds=o.start))} to "
+        f"{format_duration(timedelta(seconds=o.end))}"
+        for o in options.outages
+    ]
+    return lines
+
+
+def describe_prices(replay: Replay) -> str:
+    billed = replay.prices
+    text = ", ".join(f"{t} ${price:,.2f}" for t, price in billed.by_type.items())
+    if replay.pool.provider.offerings is not None:
+        text += f"; determined runs {billed.baseline_type} at ${billed.baseline:,.2f}"
+    return text
 
 
 def table(replay: Replay) -> str:
@@ -73,12 +93,26 @@ def table(replay: Replay) -> str:
     lines.append(" " * width + "".join(f"{c.name:>14}" for c in columns))
     for label, show in ROWS:
         lines.append(f"{label:<{width}}" + "".join(f"{show(c):>14}" for c in columns))
-    lines += ["", *footnotes(replay)]
+    lines += ["", *launched_types(replay), *footnotes(replay)]
     return "\n".join(lines)
+
+
+def launched_types(replay: Replay) -> list[str]:
+    """Which machine types each policy launched, when the pool has several."""
+    if replay.pool.provider.offerings is None:
+        return []
+    lines = []
+    for column in replay.columns:
+        if column.launches_by_type:
+            types = ", ".join(f"{t} {n:,}" for t, n in sorted(column.launches_by_type.items()))
+            lines.append(f"{column.name} launched {types}")
+    return [*lines, ""] if lines else []
 
 
 def footnotes(replay: Replay) -> list[str]:
     notes = [
+        "Cost is each instance's price per second of its life; GPU-hours count each",
+        "instance's own GPUs. The limit pays the cheapest GPU-hour the pool can buy.",
         "Waits are start minus arrival, over the tasks that started; tasks never scheduled",
         "are left out of them and counted on their own row.",
         "The limit bills every GPU only while a task uses it: no boot, idle, fragmentation",
@@ -108,6 +142,7 @@ def document(replay: Replay) -> dict[str, Any]:
             "name": replay.pool.name,
             "shape": provider.shape,
             "slots_per_instance": provider.slots_per_instance,
+            "warm_headroom_slots": provider.warm_headroom_slots,
             "min_instances": provider.min_instances,
             "max_instances": provider.max_instances,
             "max_idle_agent_period_s": provider.max_idle_agent_period.total_seconds(),
@@ -116,7 +151,9 @@ def document(replay: Replay) -> dict[str, Any]:
         },
         "boot": dataclasses.asdict(options.boot),
         "heartbeat_s": options.heartbeat,
-        "price_per_instance_hour": replay.price,
+        "price_per_instance_hour": replay.prices.by_type,
+        "baseline": {"instance_type": replay.prices.baseline_type, "price": replay.prices.baseline},
+        "unavailable": [dataclasses.asdict(outage) for outage in options.outages],
         "columns": {column.name: _column(column) for column in replay.columns},
         "wall_seconds": round(replay.wall_seconds, 2),
     }

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 from dynagent.config import Pool, Settings
 from dynagent.simulate.boot import BootModel
+from dynagent.simulate.capacity import Outage
 from dynagent.simulate.clock import Events, Kind
 from dynagent.simulate.cloud import SimCloud
-from dynagent.simulate.determined import DeterminedPolicy
+from dynagent.simulate.determined import DeterminedPolicy, baseline_offering, baseline_pool
 from dynagent.simulate.master import SimMaster
 from dynagent.simulate.ours import HEARTBEAT, DynagentPolicy
 from dynagent.simulate.policy import Policy
@@ -46,6 +47,10 @@ class RunOptions:
     heartbeat: int = HEARTBEAT
     # Deliver every heartbeat, sweep and tick instead of only those a timer makes count.
     exhaustive: bool = False
+    # Windows in which the cloud has no capacity for an offering (from the trace's start).
+    outages: tuple[Outage, ...] = ()
+    # Dollars per instance-hour for every instance, over the catalog's (a one-type pool).
+    price: float | None = None
 
 
 @dataclass
@@ -53,14 +58,18 @@ class PolicyRun:
     """What one policy did over the trace: the raw facts the report is made of."""
 
     policy: str
-    slots_per_instance: int
     billed_instance_seconds: int
+    billed_slot_seconds: int
+    billed_dollars: float
     waits: list[int]
     never_scheduled: int
     larger_than_pool: int
     launches: int
     # Launched instances whose agent never ran a task (never registered, or reaped idle).
     unused_launches: int
+    # Launches by machine type, and launch calls the cloud refused for want of capacity.
+    launches_by_type: dict[str, int]
+    refusals: int
     terminations: int
     requeued: int
     decisions: int
@@ -96,13 +105,27 @@ class Simulation:
         progress: Progress | None = None,
     ) -> None:
         self.trace = trace
-        self.pool = pool
+        # Determined's provisioner knows one instance type: the pool's instance_type.
+        baseline = policy == "determined"
+        default = baseline_offering(pool) if baseline else pool.provider.catalog().offerings[0]
+        self.pool = pool = baseline_pool(pool) if baseline else pool
         self.now = trace.start
         self.events = Events()
-        self.cloud = SimCloud(options.boot.sampler(), self.events, lambda: self.now)
         provider = pool.provider
+        self.cloud = SimCloud(
+            options.boot.sampler(),
+            self.events,
+            lambda: self.now,
+            default=default,
+            outages=tuple(outage.shifted(trace.start) for outage in options.outages),
+            price=options.price,
+        )
         self.master = SimMaster(
-            pool.name, provider.slots_per_instance, provider.max_instances, self.events
+            pool.name,
+            provider.slots_per_instance,
+            provider.max_instances,
+            self.events,
+            free_slots_matter=policy == "dynagent" and provider.warm_headroom_slots > 0,
         )
         self.policy = make_policy(policy, pool, settings, self.cloud, self.master, options)
         self.series = Series()
@@ -141,8 +164,9 @@ class Simulation:
             if kind is Kind.INSTANCE_RUNNING:
                 self.cloud.show_running(subject)
             elif kind is Kind.AGENT_REGISTERED:
-                if subject in self.cloud.live:
-                    self.master.connect(subject)
+                instance = self.cloud.live.get(subject)
+                if instance is not None:
+                    self.master.connect(subject, instance.slots)
             else:
                 self.master.finish(*subject)
         jobs = self.trace.jobs
@@ -163,11 +187,9 @@ class Simulation:
 
     def _record(self, now: int) -> None:
         master = self.master
-        fleet = len(self.cloud.live) * master.slots
+        fleet = self.cloud.live_slots
         self.series.record(now, master.busy_slots + master.queued_slots, fleet, master.busy_slots)
-        connected = len(master.agents) * master.slots
-        idle = len(master.idle_agents) * master.slots
-        self.usage.observe(now, fleet, master.busy_slots, connected, idle)
+        self.usage.observe(now, fleet, master.busy_slots, master.connected_slots, master.idle_slots)
         if self.progress is not None:
             span = max(1, self.trace.end - self.trace.start)
             self.progress(min(1.0, (now - self.trace.start) / span))
@@ -192,15 +214,19 @@ class Simulation:
         master = self.master
         self.usage.close(self.now)
         never = [task for task in master.queue if task.start is None]
+        bill = self.cloud.bill(self.now)
         return PolicyRun(
             policy=self.policy.name,
-            slots_per_instance=master.slots,
-            billed_instance_seconds=self.cloud.billed_seconds(self.now),
+            billed_instance_seconds=bill.instance_seconds,
+            billed_slot_seconds=bill.slot_seconds,
+            billed_dollars=bill.dollars,
             waits=sorted(master.waits),
             never_scheduled=len(never),
             larger_than_pool=sum(1 for task in never if not task.schedulable),
             launches=self.cloud.launches,
             unused_launches=self._unused_launches(),
+            launches_by_type=dict(self.cloud.launches_by_type),
+            refusals=self.cloud.refusals,
             terminations=self.cloud.terminations,
             requeued=master.requeued,
             decisions=self.policy.decisions,

@@ -1,7 +1,8 @@
 """``--sweep FIELD=V1,V2,...``: the same replay for each value of one pool field.
 
-An admin picks a point from cost against p95 wait: a shorter ``max_idle_agent_period``
-bills less idle time and makes more tasks wait for a boot.
+An admin picks a point from cost against wait (p50 and p95): a shorter
+``max_idle_agent_period`` bills less idle time and makes more tasks wait for a boot;
+more ``warm_headroom_slots`` bill free slots so that short tasks start at once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dynagent.config import ConfigError, Pool, Settings
-from dynagent.simulate.replay import DEFAULT_PRICE, ProgressFactory, Replay, replay
+from dynagent.simulate.replay import ProgressFactory, Replay, replay
 from dynagent.simulate.report import format_wait
 from dynagent.simulate.run import POLICIES, RunOptions
 from dynagent.simulate.trace import Trace
@@ -51,7 +52,6 @@ def sweep(
     spec: SweepSpec,
     policies: Sequence[str] = POLICIES,
     options: RunOptions | None = None,
-    price: float = DEFAULT_PRICE,
     progress: ProgressFactory | None = None,
 ) -> list[tuple[str, Replay]]:
     """One replay per value, in the order given; every pool is checked before any runs."""
@@ -65,14 +65,14 @@ def sweep(
         return lambda name: progress(f"{name} {value}")
 
     return [
-        (value, replay(trace, varied, settings, policies, options, price, labelled(value)))
+        (value, replay(trace, varied, settings, policies, options, labelled(value)))
         for value, varied in pools
     ]
 
 
 def sweep_table(field: str, points: Sequence[tuple[str, Replay]]) -> str:
     header = (
-        f"{field:<28}{'policy':<12}{'cost':>14}{'GPU-h/limit':>13}{'wait p95':>10}"
+        f"{field:<28}{'policy':<12}{'cost':>14}{'GPU-h/limit':>13}{'wait p50':>10}{'wait p95':>10}"
         f"{'wait mean':>11}{'waited':>8}"
     )
     lines = [header]
@@ -82,7 +82,8 @@ def sweep_table(field: str, points: Sequence[tuple[str, Replay]]) -> str:
                 continue
             lines.append(
                 f"{value:<28}{column.name:<12}{f'${column.cost:,.0f}':>14}"
-                f"{column.vs_limit:>13.4f}{format_wait(column.wait_p95):>10}"
+                f"{column.vs_limit:>13.4f}{format_wait(column.wait_p50):>10}"
+                f"{format_wait(column.wait_p95):>10}"
                 f"{format_wait(round(column.wait_mean or 0)):>11}{column.waited or 0:>8.1%}"
             )
     return "\n".join(lines)
