@@ -12,6 +12,21 @@ What it serves, with the real API's semantics:
   and maximum 500) and ``pageToken``/``nextPageToken``. A filter it does not model (OR,
   NOT, regular expressions, wildcards, ``<``...) is refused with HTTP 400, never ignored:
   a silently unfiltered list would make a test lie.
+* ``instances.aggregatedList`` (``projects/P/aggregated/instances``): the same filters,
+  ``maxResults`` and page tokens over every zone's instances at once (ordered by zone,
+  then name), ``items`` keyed ``zones/Z``. As the API does, every page has every zone:
+  one with no results on the page has, instead of ``instances``, a ``NO_RESULTS_ON_PAGE``
+  warning (``There are no results for scope 'zones/Z' on this page.``, ``data`` scope).
+  The zones are the fake's default zone, every zone a request or a capacity limit named
+  since reset(), and every zone with instances (the API lists all of the project's).
+  ``returnPartialSuccess`` is accepted (the fake has no unreachable zone), though the
+  shipped discovery document and client 1.57 no longer list it; ``includeAllScopes=true``
+  and ``serviceProjectNumber`` are refused as not modelled.
+* Any ``REGION-x`` zone (``us-central1-a``, ``northamerica-northeast1-c``...); a region or
+  a malformed name is 400 ``Invalid value for field 'zone': 'Z'. Unknown zone.``
+  Instances come back with full ``zone`` and ``machineType`` URLs and
+  ``scheduling.provisioningModel`` SPOT or STANDARD (a legacy ``preemptible`` VM keeps
+  STANDARD with ``preemptible: true``).
 * ``instances.get``, ``insert``, ``bulkInsert``, ``delete`` and ``setLabels``; every
   mutation returns a zonal Operation, and ``zoneOperations.get``/``wait`` poll it.
   ``requestId`` (a UUID, as the API demands) makes a retried mutation return the first
@@ -29,6 +44,28 @@ ZONE_RESOURCE_POOL_EXHAUSTED, ...; a failed insert leaves no instance), hold ope
 RUNNING for a number of polls, set an instance's status (a preempted VM is TERMINATED)
 or creation time. It records the calls it serves, as (HTTP method, API method) pairs.
 
+Capacity: ``limit_capacity(machine_type, zone, provisioning, count)`` lets at most
+``count`` more VMs of that offering (None matches any zone or model; a legacy
+preemptible VM counts as SPOT) be created. Past it an insert still returns an
+Operation, which ends DONE with no instance left and, by ``kind``:
+
+* ``stockout`` (default): ``ZONE_RESOURCE_POOL_EXHAUSTED``, ``httpErrorStatusCode`` 503,
+  ``The zone 'projects/P/zones/Z' does not have enough resources available to fulfill
+  the request.  Try a different zone, or try again later.``
+* ``stockout_with_details``: ``ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS``, 503, ``... to
+  fulfill the request.  '(resource type:compute)'.`` with ``errorDetails`` (help link,
+  localizedMessage, errorInfo reason ``stockout`` with vmType and zone).
+* ``quota``: ``QUOTA_EXCEEDED``, 403, ``Quota 'NVIDIA_A100_GPUS' exceeded.  Limit: 0.0 in
+  region R.`` (the regional GPU quota the VM draws on, PREEMPTIBLE_... for Spot, or the
+  ``quota`` given), with a ``quotaInfo`` error detail.
+
+A bulkInsert creates as many as fit if that is at least its ``minCount`` (its operation
+then succeeds, ``instancesBulkInsertOperationMetadata.perLocationStatus`` counting
+created and failed VMs), else none, its errors being ``VM_MIN_COUNT_NOT_REACHED``
+(``Requested minimum count of N VMs could not be created.``) then the capacity error;
+its status code is the capacity error's. Capacity is counted per creation (deleting a
+VM gives none back) and only a request that succeeds takes any.
+
 How the real client behaves against it (google-cloud-compute 1.57, api-core 2.44):
 
 * ``ClientOptions(api_endpoint="http://127.0.0.1:PORT")`` is enough for plain HTTP: the
@@ -42,8 +79,11 @@ How the real client behaves against it (google-cloud-compute 1.57, api-core 2.44
   never polled, which hides the problem unless operations are held RUNNING.
 * A DONE operation with an error makes ``result()`` raise the exception for its
   ``httpErrorStatusCode`` (503 ServiceUnavailable for a stockout, 403 Forbidden for a
-  quota), whose ``errors`` are the operation's ``error.errors`` (``code``, ``message``).
-  ``insert()`` itself does not raise.
+  quota), whose ``errors`` are the operation's ``error.errors`` (``code``, ``message``,
+  ``error_details``) and whose ``message`` is ``httpErrorMessage`` (``SERVICE
+  UNAVAILABLE``). ``insert()`` itself does not raise.
+* ``aggregated_list()``'s pager yields (scope, InstancesScopedList) pairs, page by page;
+  within a page the proto map does not keep the server's order.
 """
 
 from __future__ import annotations
