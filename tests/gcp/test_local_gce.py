@@ -667,3 +667,406 @@ def test_the_server_listens_on_loopback_and_stop_closes_its_port() -> None:
     server.stop()  # a second stop is harmless
     with pytest.raises(RuntimeError, match="not running"):
         _ = server.endpoint
+
+
+# --------------------------------------------------------------------------------------
+# Capacity: stockouts and quotas, per machine type, zone and provisioning model
+# --------------------------------------------------------------------------------------
+
+OTHER_ZONE = "us-central1-b"
+
+
+def vm(
+    compute: LocalCompute,
+    name: str,
+    zone: str | None = None,
+    machine_type: str = "n1-standard-8",
+    provisioning: str | None = None,
+    **labels: str,
+) -> compute_v1.Instance:
+    """gpu_instance in any zone, of any machine type and provisioning model."""
+    zone = zone or compute.zone
+    body = gpu_instance(compute, name, **labels)
+    body.machine_type = f"zones/{zone}/machineTypes/{machine_type}"
+    if machine_type.startswith("a2-"):  # its A100s come with the machine type
+        del body.guest_accelerators[:]
+    else:
+        body.guest_accelerators[
+            0
+        ].accelerator_type = f"zones/{zone}/acceleratorTypes/nvidia-tesla-t4"
+    if provisioning == "PREEMPTIBLE":  # the legacy form of Spot
+        body.scheduling = compute_v1.Scheduling(preemptible=True, automatic_restart=False)
+    elif provisioning is not None:
+        body.scheduling.provisioning_model = provisioning
+    return body
+
+
+def insert_in(client: Any, compute: LocalCompute, body: compute_v1.Instance, zone: str) -> Any:
+    return client.insert(project=compute.project, zone=zone, instance_resource=body)
+
+
+def stockout_message(compute: LocalCompute, zone: str) -> str:
+    return (
+        f"The zone 'projects/{compute.project}/zones/{zone}' does not have enough resources "
+        "available to fulfill the request.  Try a different zone, or try again later."
+    )
+
+
+def test_a_capacity_limit_by_machine_type_fails_the_operation_not_the_call(
+    compute: LocalCompute, instances_client: Any
+) -> None:
+    compute.limit_capacity("n1-standard-8")  # count 0: none at all
+
+    operation = insert(instances_client, compute, vm(compute, "gpu-1"))  # no raise here
+    with pytest.raises(exceptions.ServiceUnavailable) as failed:
+        operation.result(timeout=5)
+    assert failed.value.code == 503
+    assert [(e.code, e.message) for e in failed.value.errors] == [
+        ("ZONE_RESOURCE_POOL_EXHAUSTED", stockout_message(compute, compute.zone))
+    ]
+    done = compute.operation(operation.name)
+    assert (done["status"], done["httpErrorStatusCode"]) == ("DONE", 503)
+    assert compute.instances() == []
+
+    insert(instances_client, compute, vm(compute, "gpu-2", machine_type="n1-standard-4")).result(
+        timeout=5
+    )
+    assert [instance["name"] for instance in compute.instances()] == ["gpu-2"]
+
+
+def test_a_capacity_limit_by_zone_leaves_other_zones_alone(
+    compute: LocalCompute, instances_client: Any
+) -> None:
+    compute.limit_capacity("n1-standard-8", zone=compute.zone)
+
+    with pytest.raises(exceptions.ServiceUnavailable) as failed:
+        insert(instances_client, compute, vm(compute, "gpu-1")).result(timeout=5)
+    assert failed.value.errors[0].message == stockout_message(compute, compute.zone)
+
+    body = vm(compute, "gpu-1", zone=OTHER_ZONE)
+    insert_in(instances_client, compute, body, OTHER_ZONE).result(timeout=5)
+    assert compute.instance("gpu-1", zone=OTHER_ZONE)["status"] == "RUNNING"
+
+
+@pytest.mark.parametrize(
+    ("limited", "refused", "allowed"),
+    [
+        ("SPOT", ["SPOT", "PREEMPTIBLE"], ["STANDARD", None]),
+        ("STANDARD", ["STANDARD", None], ["SPOT", "PREEMPTIBLE"]),
+    ],
+)
+def test_a_capacity_limit_by_provisioning_model(
+    compute: LocalCompute,
+    instances_client: Any,
+    limited: str,
+    refused: list[str | None],
+    allowed: list[str | None],
+) -> None:
+    compute.limit_capacity("n1-standard-8", provisioning=limited)
+
+    for index, provisioning in enumerate(refused):
+        operation = insert(
+            instances_client, compute, vm(compute, f"no-{index}", provisioning=provisioning)
+        )
+        with pytest.raises(exceptions.ServiceUnavailable):
+            operation.result(timeout=5)
+    for index, provisioning in enumerate(allowed):
+        body = vm(compute, f"yes-{index}", provisioning=provisioning)
+        insert(instances_client, compute, body).result(timeout=5)
+    assert [instance["name"] for instance in compute.instances()] == ["yes-0", "yes-1"]
+
+
+def test_count_vms_fit_then_the_offering_is_exhausted_and_deleting_gives_none_back(
+    compute: LocalCompute, instances_client: Any
+) -> None:
+    compute.limit_capacity("n1-standard-8", compute.zone, "SPOT", count=2)
+    compute.fail_next_inserts(1, "INTERNAL_ERROR")  # fails first, takes no capacity
+
+    with pytest.raises(exceptions.BadRequest):
+        insert(instances_client, compute, vm(compute, "spot-0", provisioning="SPOT")).result(
+            timeout=5
+        )
+    for name in ("spot-1", "spot-2"):
+        insert(instances_client, compute, vm(compute, name, provisioning="SPOT")).result(timeout=5)
+    with pytest.raises(exceptions.ServiceUnavailable):
+        insert(instances_client, compute, vm(compute, "spot-3", provisioning="SPOT")).result(
+            timeout=5
+        )
+
+    instances_client.delete(project=compute.project, zone=compute.zone, instance="spot-1").result(
+        timeout=5
+    )
+    with pytest.raises(exceptions.ServiceUnavailable):
+        insert(instances_client, compute, vm(compute, "spot-3", provisioning="SPOT")).result(
+            timeout=5
+        )
+    assert [instance["name"] for instance in compute.instances()] == ["spot-2"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "raised", "code", "status", "message"),
+    [
+        (
+            "quota",
+            exceptions.Forbidden,
+            "QUOTA_EXCEEDED",
+            403,
+            "Quota 'NVIDIA_A100_GPUS' exceeded.  Limit: 0.0 in region us-central1.",
+        ),
+        (
+            "stockout_with_details",
+            exceptions.ServiceUnavailable,
+            "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+            503,
+            "The zone 'projects/local-project/zones/us-central1-a' does not have enough "
+            "resources available to fulfill the request.  '(resource type:compute)'.",
+        ),
+        (
+            "stockout",
+            exceptions.ServiceUnavailable,
+            "ZONE_RESOURCE_POOL_EXHAUSTED",
+            503,
+            "The zone 'projects/local-project/zones/us-central1-a' does not have enough "
+            "resources available to fulfill the request.  Try a different zone, or try "
+            "again later.",
+        ),
+    ],
+)
+def test_a_limit_can_be_a_quota_or_a_detailed_stockout(
+    compute: LocalCompute,
+    instances_client: Any,
+    kind: str,
+    raised: type[exceptions.GoogleAPICallError],
+    code: str,
+    status: int,
+    message: str,
+) -> None:
+    compute.limit_capacity("a2-highgpu-1g", kind=kind)
+
+    operation = insert(
+        instances_client, compute, vm(compute, "a100-1", machine_type="a2-highgpu-1g")
+    )
+    with pytest.raises(raised) as failed:
+        operation.result(timeout=5)
+    assert failed.value.code == status
+    assert [(e.code, e.message) for e in failed.value.errors] == [(code, message)]
+    assert compute.operation(operation.name)["httpErrorStatusCode"] == status
+    assert compute.instances() == []
+    details = compute.operation(operation.name)["error"]["errors"][0].get("errorDetails", [])
+    if kind == "quota":
+        assert details[0]["quotaInfo"]["dimensions"] == {"region": "us-central1"}
+    elif kind == "stockout_with_details":
+        info = details[-1]["errorInfo"]
+        assert (info["reason"], info["metadatas"]["vmType"]) == ("stockout", "a2-highgpu-1g")
+    else:
+        assert details == []
+
+
+def test_a_quota_names_the_spot_quota_or_the_one_given(
+    compute: LocalCompute, instances_client: Any
+) -> None:
+    compute.limit_capacity("n1-standard-8", provisioning="SPOT", kind="quota")
+    compute.limit_capacity("n1-standard-8", provisioning="STANDARD", kind="quota", quota="GPUS_X")
+
+    spot = insert(instances_client, compute, vm(compute, "spot-1", provisioning="SPOT"))
+    with pytest.raises(exceptions.Forbidden) as failed:
+        spot.result(timeout=5)
+    assert failed.value.errors[0].message.startswith("Quota 'PREEMPTIBLE_NVIDIA_T4_GPUS' exceeded.")
+    with pytest.raises(exceptions.Forbidden) as failed:
+        insert(instances_client, compute, vm(compute, "std-1")).result(timeout=5)
+    assert failed.value.errors[0].message.startswith("Quota 'GPUS_X' exceeded.")
+
+
+def test_bulk_insert_creates_what_fits_down_to_min_count_and_otherwise_none(
+    compute: LocalCompute, instances_client: Any
+) -> None:
+    compute.limit_capacity("n1-standard-8", provisioning="SPOT", count=2)
+
+    partial = instances_client.bulk_insert(
+        request=bulk(compute, 3, name_pattern="w-##", min_count=1)
+    )
+    partial.result(timeout=5)
+    assert names(instances_client, compute) == ["w-01", "w-02"]
+    status = partial.instances_bulk_insert_operation_metadata.per_location_status
+    counts = status[f"zones/{compute.zone}"]
+    assert (counts.target_vm_count, counts.created_vm_count, counts.failed_to_create_vm_count) == (
+        3,
+        2,
+        1,
+    )
+    assert counts.status == "DONE"
+
+    compute.clear_capacity_limits()
+    compute.limit_capacity("n1-standard-8", count=1)
+    short = instances_client.bulk_insert(request=bulk(compute, 2, name_pattern="w-##"))
+    with pytest.raises(exceptions.ServiceUnavailable) as failed:
+        short.result(timeout=5)
+    assert [e.code for e in failed.value.errors] == [
+        "VM_MIN_COUNT_NOT_REACHED",
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+    ]
+    assert (
+        failed.value.errors[0].message == "Requested minimum count of 2 VMs could not be created."
+    )
+    assert names(instances_client, compute) == ["w-01", "w-02"]  # nothing new stays
+    # The rolled-back request took no capacity: the one VM left still fits.
+    insert(instances_client, compute, vm(compute, "gpu-1")).result(timeout=5)
+
+
+def test_clear_capacity_limits_and_reset_lift_every_limit(
+    compute: LocalCompute, instances_client: Any
+) -> None:
+    compute.limit_capacity("n1-standard-8")
+    compute.limit_capacity("n1-standard-8", zone=compute.zone, kind="quota")
+    with pytest.raises(exceptions.ServiceUnavailable):  # the first limit declared speaks
+        insert(instances_client, compute, vm(compute, "gpu-1")).result(timeout=5)
+
+    compute.clear_capacity_limits()
+    insert(instances_client, compute, vm(compute, "gpu-1")).result(timeout=5)
+
+    compute.limit_capacity("n1-standard-8")
+    compute.reset()
+    insert(instances_client, compute, vm(compute, "gpu-1")).result(timeout=5)
+    assert [instance["name"] for instance in compute.instances()] == ["gpu-1"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"machine_type": "n1-standard-8", "count": -1}, "count"),
+        ({"machine_type": "n1-standard-8", "kind": "QUOTA"}, "kind"),
+        ({"machine_type": "n1-standard-8", "provisioning": "PREEMPTIBLE"}, "provisioning"),
+        ({"machine_type": "zones/us-central1-a/machineTypes/n1-standard-8"}, "bare name"),
+        ({"machine_type": "n1-standard-8", "zone": "us-central1"}, "not a zone"),
+    ],
+)
+def test_limit_capacity_checks_its_arguments(
+    compute: LocalCompute, arguments: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(ValueError, match=said):
+        compute.limit_capacity(**arguments)
+
+
+# --------------------------------------------------------------------------------------
+# Several zones: any REGION-x zone, instances.aggregatedList
+# --------------------------------------------------------------------------------------
+
+
+def aggregated_pages(
+    client: Any, compute: LocalCompute, filter_text: str = "", page: int = 500
+) -> list[dict[str, Any]]:
+    """Each page's ``items`` (scope -> InstancesScopedList); the client's map keeps no order."""
+    request = compute_v1.AggregatedListInstancesRequest(
+        project=compute.project, filter=filter_text, max_results=page
+    )
+    return [dict(response.items) for response in client.aggregated_list(request=request).pages]
+
+
+def page_names(page: dict[str, Any]) -> list[tuple[str, str]]:
+    return sorted((scope, i.name) for scope, scoped in page.items() for i in scoped.instances)
+
+
+def raw_project(compute: LocalCompute, path: str) -> tuple[int, dict[str, Any]]:
+    url = f"{compute.endpoint}/compute/v1/projects/{compute.project}/{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.load(error)
+
+
+@pytest.mark.parametrize("zone", ["europe-west4-b", "northamerica-northeast1-c", "us-east5-a"])
+def test_any_region_x_zone_is_served_and_instances_say_what_they_are(
+    compute: LocalCompute, instances_client: Any, zone: str
+) -> None:
+    insert_in(instances_client, compute, vm(compute, "spot-1", zone, provisioning="SPOT"), zone)
+    insert_in(instances_client, compute, vm(compute, "std-1", zone), zone).result(timeout=5)
+
+    for name, model in (("spot-1", "SPOT"), ("std-1", "STANDARD")):
+        got = instances_client.get(project=compute.project, zone=zone, instance=name)
+        assert got.scheduling.provisioning_model == model
+        assert (
+            got.zone == f"https://www.googleapis.com/compute/v1/projects/local-project/zones/{zone}"
+        )
+        assert got.machine_type == f"{got.zone}/machineTypes/n1-standard-8"
+
+
+@pytest.mark.parametrize("zone", ["us-central1", "uscentral1-a", "us-central-a"])
+def test_a_region_or_malformed_zone_is_refused(compute: LocalCompute, zone: str) -> None:
+    status, body = raw_project(compute, f"zones/{zone}/instances")
+
+    assert status == 400
+    assert body["error"]["message"] == f"Invalid value for field 'zone': '{zone}'. Unknown zone."
+
+
+def test_aggregated_list_spans_zones_filters_and_pages(
+    compute: LocalCompute, instances_client: Any
+) -> None:
+    for zone in (compute.zone, OTHER_ZONE):
+        for index in range(2):
+            body = vm(compute, f"a-{index}", zone, provisioning="SPOT", pool="a")
+            insert_in(instances_client, compute, body, zone)
+        insert_in(instances_client, compute, vm(compute, "b-0", zone, pool="b"), zone)
+    compute.limit_capacity("n1-standard-8", zone="us-central1-c")  # a zone with none
+    compute.clear_calls()
+
+    pages = aggregated_pages(instances_client, compute, 'labels.pool = "a"', page=3)
+    assert [page_names(page) for page in pages] == [
+        [
+            ("zones/us-central1-a", "a-0"),
+            ("zones/us-central1-a", "a-1"),
+            ("zones/us-central1-b", "a-0"),
+        ],
+        [("zones/us-central1-b", "a-1")],
+    ]
+    assert compute.calls() == [ApiCall("GET", "instances.aggregatedList")] * 2
+    # Every page has every zone: one without results on the page says so instead.
+    assert [sorted(page) for page in pages] == [[f"zones/us-central1-{z}" for z in "abc"]] * 2
+    empty = [(scope, scoped) for page in pages for scope, scoped in sorted(page.items())]
+    empty = [(scope, scoped.warning) for scope, scoped in empty if not scoped.instances]
+    assert [scope for scope, _ in empty] == [
+        "zones/us-central1-c",
+        "zones/us-central1-a",
+        "zones/us-central1-c",
+    ]
+    warning = empty[0][1]
+    assert warning.code == "NO_RESULTS_ON_PAGE"
+    assert warning.message == "There are no results for scope 'zones/us-central1-c' on this page."
+    assert [(d.key, d.value) for d in warning.data] == [("scope", "zones/us-central1-c")]
+
+    (everything,) = aggregated_pages(instances_client, compute)
+    models = sorted(
+        (scope, i.name, i.scheduling.provisioning_model)
+        for scope, scoped in everything.items()
+        for i in scoped.instances
+    )
+    assert models == [
+        (f"zones/{zone}", name, model)
+        for zone in ("us-central1-a", "us-central1-b")
+        for name, model in (("a-0", "SPOT"), ("a-1", "SPOT"), ("b-0", "STANDARD"))
+    ]
+
+
+def test_aggregated_list_is_as_strict_as_list(compute: LocalCompute) -> None:
+    status, body = raw_project(compute, "aggregated/instances?returnPartialSuccess=true")
+    assert (status, body["kind"]) == (200, "compute#instanceAggregatedList")
+    assert body["items"] == {
+        f"zones/{compute.zone}": {
+            "warning": {
+                "code": "NO_RESULTS_ON_PAGE",
+                "message": f"There are no results for scope 'zones/{compute.zone}' on this page.",
+                "data": [{"key": "scope", "value": f"zones/{compute.zone}"}],
+            }
+        }
+    }
+    for query, said in [
+        ("filter=labels.pool%20%3D%20a%20OR%20labels.pool%20%3D%20b", "OR in a list filter"),
+        ("maxResults=501", "maxResults"),
+        ("pageToken=garbage", "pageToken"),
+        ("includeAllScopes=true", "includeAllScopes"),
+        ("returnPartialSuccess=yes", "returnPartialSuccess"),
+        ("zone=us-central1-a", 'Unknown name "zone"'),
+    ]:
+        status, body = raw_project(compute, f"aggregated/instances?{query}")
+        assert status == 400 and said in body["error"]["message"], query

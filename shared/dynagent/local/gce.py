@@ -12,6 +12,21 @@ What it serves, with the real API's semantics:
   and maximum 500) and ``pageToken``/``nextPageToken``. A filter it does not model (OR,
   NOT, regular expressions, wildcards, ``<``...) is refused with HTTP 400, never ignored:
   a silently unfiltered list would make a test lie.
+* ``instances.aggregatedList`` (``projects/P/aggregated/instances``): the same filters,
+  ``maxResults`` and page tokens over every zone's instances at once (ordered by zone,
+  then name), ``items`` keyed ``zones/Z``. As the API does, every page has every zone:
+  one with no results on the page has, instead of ``instances``, a ``NO_RESULTS_ON_PAGE``
+  warning (``There are no results for scope 'zones/Z' on this page.``, ``data`` scope).
+  The zones are the fake's default zone, every zone a request or a capacity limit named
+  since reset(), and every zone with instances (the API lists all of the project's).
+  ``returnPartialSuccess`` is accepted (the fake has no unreachable zone), though the
+  shipped discovery document and client 1.57 no longer list it; ``includeAllScopes=true``
+  and ``serviceProjectNumber`` are refused as not modelled.
+* Any ``REGION-x`` zone (``us-central1-a``, ``northamerica-northeast1-c``...); a region or
+  a malformed name is 400 ``Invalid value for field 'zone': 'Z'. Unknown zone.``
+  Instances come back with full ``zone`` and ``machineType`` URLs and
+  ``scheduling.provisioningModel`` SPOT or STANDARD (a legacy ``preemptible`` VM keeps
+  STANDARD with ``preemptible: true``).
 * ``instances.get``, ``insert``, ``bulkInsert``, ``delete`` and ``setLabels``; every
   mutation returns a zonal Operation, and ``zoneOperations.get``/``wait`` poll it.
   ``requestId`` (a UUID, as the API demands) makes a retried mutation return the first
@@ -29,6 +44,28 @@ ZONE_RESOURCE_POOL_EXHAUSTED, ...; a failed insert leaves no instance), hold ope
 RUNNING for a number of polls, set an instance's status (a preempted VM is TERMINATED)
 or creation time. It records the calls it serves, as (HTTP method, API method) pairs.
 
+Capacity: ``limit_capacity(machine_type, zone, provisioning, count)`` lets at most
+``count`` more VMs of that offering (None matches any zone or model; a legacy
+preemptible VM counts as SPOT) be created. Past it an insert still returns an
+Operation, which ends DONE with no instance left and, by ``kind``:
+
+* ``stockout`` (default): ``ZONE_RESOURCE_POOL_EXHAUSTED``, ``httpErrorStatusCode`` 503,
+  ``The zone 'projects/P/zones/Z' does not have enough resources available to fulfill
+  the request.  Try a different zone, or try again later.``
+* ``stockout_with_details``: ``ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS``, 503, ``... to
+  fulfill the request.  '(resource type:compute)'.`` with ``errorDetails`` (help link,
+  localizedMessage, errorInfo reason ``stockout`` with vmType and zone).
+* ``quota``: ``QUOTA_EXCEEDED``, 403, ``Quota 'NVIDIA_A100_GPUS' exceeded.  Limit: 0.0 in
+  region R.`` (the regional GPU quota the VM draws on, PREEMPTIBLE_... for Spot, or the
+  ``quota`` given), with a ``quotaInfo`` error detail.
+
+A bulkInsert creates as many as fit if that is at least its ``minCount`` (its operation
+then succeeds, ``instancesBulkInsertOperationMetadata.perLocationStatus`` counting
+created and failed VMs), else none, its errors being ``VM_MIN_COUNT_NOT_REACHED``
+(``Requested minimum count of N VMs could not be created.``) then the capacity error;
+its status code is the capacity error's. Capacity is counted per creation (deleting a
+VM gives none back) and only a request that succeeds takes any.
+
 How the real client behaves against it (google-cloud-compute 1.57, api-core 2.44):
 
 * ``ClientOptions(api_endpoint="http://127.0.0.1:PORT")`` is enough for plain HTTP: the
@@ -42,8 +79,11 @@ How the real client behaves against it (google-cloud-compute 1.57, api-core 2.44
   never polled, which hides the problem unless operations are held RUNNING.
 * A DONE operation with an error makes ``result()`` raise the exception for its
   ``httpErrorStatusCode`` (503 ServiceUnavailable for a stockout, 403 Forbidden for a
-  quota), whose ``errors`` are the operation's ``error.errors`` (``code``, ``message``).
-  ``insert()`` itself does not raise.
+  quota), whose ``errors`` are the operation's ``error.errors`` (``code``, ``message``,
+  ``error_details``) and whose ``message`` is ``httpErrorMessage`` (``SERVICE
+  UNAVAILABLE``). ``insert()`` itself does not raise.
+* ``aggregated_list()``'s pager yields (scope, InstancesScopedList) pairs, page by page;
+  within a page the proto map does not keep the server's order.
 """
 
 from __future__ import annotations
@@ -51,6 +91,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import dataclasses
 import functools
 import hashlib
 import http
@@ -99,6 +140,8 @@ _LABEL_VALUE = re.compile(r"[a-z0-9_-]{0,63}")
 _METADATA_KEY = re.compile(r"[a-zA-Z0-9_-]{1,128}")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 _ZERO_UUID: Final = "00000000-0000-0000-0000-000000000000"
+# REGION-x: any region (us-central1, northamerica-northeast1, ...) and any zone letter(s).
+_ZONE = re.compile(r"(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z][a-z0-9]*")
 _ZONAL_REF = re.compile(
     r"(?:https://(?:www|compute)\.googleapis\.com/compute/v1/)?"
     r"(?:projects/(?P<project>[^/]+)/)?zones/(?P<zone>[^/]+)/(?P<collection>\w+)/(?P<name>[^/]+)"
@@ -282,11 +325,22 @@ def _is_base64(text: str) -> bool:
     return True
 
 
+# Query parameters the API takes that the shipped discovery document (revision 20261106)
+# and google-cloud-compute 1.57 no longer list, though the aggregatedList description
+# still recommends returnPartialSuccess=true and older clients send it.
+_EXTRA_QUERY: Final = {
+    "instances.list": {"returnPartialSuccess"},
+    "instances.aggregatedList": {"returnPartialSuccess"},
+}
+
+
 def _check_query(api_method: str, query: Mapping[str, str]) -> None:
     """Unknown query parameters are refused, as the API does, instead of ignored."""
     spec = _method_spec(api_method)["parameters"]
-    known = {k for k, v in spec.items() if v["location"] == "query"} | set(
-        _discovery()["parameters"]
+    known = (
+        {k for k, v in spec.items() if v["location"] == "query"}
+        | set(_discovery()["parameters"])
+        | _EXTRA_QUERY.get(api_method, set())
     )
     for name in query:
         if name not in known:
@@ -732,22 +786,171 @@ _DEFAULT_FAILURE_STATUS: Final = {
 
 @dataclass(frozen=True)
 class Failure:
-    """How an operation ends in error: ``error.errors[0]`` and ``httpErrorStatusCode``."""
+    """How an operation ends in error: ``error.errors`` and ``httpErrorStatusCode``.
+
+    The error proper is ``code``/``message`` (with ``details``, the API's
+    ``errorDetails``); ``leading`` errors come before it, as a bulkInsert's
+    ``VM_MIN_COUNT_NOT_REACHED`` comes before the stockout that caused it."""
 
     code: str
     message: str
     http_status: int
+    details: tuple[JsonObject, ...] = ()
+    leading: tuple[JsonObject, ...] = ()
+
+    def errors(self) -> list[JsonObject]:
+        main: JsonObject = {"code": self.code, "message": self.message}
+        if self.details:
+            main["errorDetails"] = copy.deepcopy(list(self.details))
+        return [*copy.deepcopy(list(self.leading)), main]
 
 
 def _default_failure_message(code: str, project: str, zone: str) -> str:
+    where = f"The zone 'projects/{project}/zones/{zone}'"
+    if code == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS":
+        return (
+            f"{where} does not have enough resources available to fulfill the request.  "
+            "'(resource type:compute)'."
+        )
     if code.startswith("ZONE_RESOURCE_POOL_EXHAUSTED"):
         return (
-            f"The zone 'projects/{project}/zones/{zone}' does not have enough resources "
+            f"{where} does not have enough resources "
             "available to fulfill the request.  Try a different zone, or try again later."
         )
     if code == "QUOTA_EXCEEDED":
         return f"Quota 'GPUS_ALL_REGIONS' exceeded.  Limit: 0.0 globally in project {project}."
     return code
+
+
+# --------------------------------------------------------------------------------------
+# Capacity: how many more VMs of an offering the cloud will create
+# --------------------------------------------------------------------------------------
+
+CAPACITY_KINDS: Final = {
+    "stockout": "ZONE_RESOURCE_POOL_EXHAUSTED",
+    "stockout_with_details": "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+    "quota": "QUOTA_EXCEEDED",
+}
+PROVISIONING_MODELS: Final = ("SPOT", "STANDARD")
+
+# The GPUs that come with a machine type, as the accelerator type that names them.
+_FAMILY_GPUS: Final = (
+    ("a2-ultragpu-", "nvidia-a100-80gb"),
+    ("a2-", "nvidia-tesla-a100"),
+    ("a3-megagpu-", "nvidia-h100-mega-80gb"),
+    ("a3-", "nvidia-h100-80gb"),
+    ("g2-", "nvidia-l4"),
+)
+# Accelerator types whose regional quota name does not follow NVIDIA_<TYPE>_GPUS.
+_QUOTA_NAMES: Final = {
+    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
+    "nvidia-h100-mega-80gb": "NVIDIA_H100_MEGA_GPUS",
+}
+
+
+class Offering(NamedTuple):
+    """What capacity is counted by: machine type name, zone, SPOT or STANDARD."""
+
+    machine_type: str
+    zone: str
+    provisioning: str
+
+
+def offering_of(body: Mapping[str, Any], zone: str) -> Offering:
+    """The offering an Instance body asks for; a legacy preemptible VM counts as SPOT."""
+    machine_type = str(body.get("machineType", "")).rsplit("/", 1)[-1]
+    spot = _is_spot(body.get("scheduling") or {})
+    return Offering(machine_type, zone, "SPOT" if spot else "STANDARD")
+
+
+@dataclass
+class CapacityLimit:
+    """At most ``remaining`` more VMs matching (machine type, zone, provisioning model;
+    None is any) can be created; past that, inserts fail with ``kind``'s error."""
+
+    machine_type: str
+    zone: str | None
+    provisioning: str | None
+    remaining: int
+    kind: str
+    declared: int
+    quota: str | None = None
+    message: str | None = None
+
+    def matches(self, offering: Offering) -> bool:
+        return (
+            self.machine_type == offering.machine_type
+            and self.zone in (None, offering.zone)
+            and self.provisioning in (None, offering.provisioning)
+        )
+
+    def failure(self, project: str, body: Mapping[str, Any], offering: Offering) -> Failure:
+        """The error an insert the limit refuses ends with, worded as the API words it."""
+        code = CAPACITY_KINDS[self.kind]
+        zone = offering.zone
+        if self.kind == "quota":
+            region = region_of(zone)
+            name = self.quota or _quota_name(body, offering)
+            text = self.message or (
+                f"Quota '{name}' exceeded.  Limit: {float(self.declared)} in region {region}."
+            )
+            quota_info = {
+                "metricName": f"compute.googleapis.com/{name.lower()}",
+                "limitName": f"{name.replace('_', '-')}-per-project-region",
+                "dimensions": {"region": region},
+                "limit": float(self.declared),
+            }
+            return Failure(code, text, 403, ({"quotaInfo": quota_info},))
+        text = self.message or _default_failure_message(code, project, zone)
+        if self.kind == "stockout":
+            return Failure(code, text, 503)
+        unavailable = (
+            f"A {offering.machine_type} VM instance is currently unavailable in the {zone} "
+            "zone. Try requesting the VM in another zone. For more information, view the "
+            "troubleshooting documentation."
+        )
+        details: tuple[JsonObject, ...] = (
+            {
+                "help": {
+                    "links": [
+                        {
+                            "description": "Troubleshooting documentation",
+                            "url": "https://cloud.google.com/compute/docs/resource-error",
+                        }
+                    ]
+                }
+            },
+            {"localizedMessage": {"locale": "en-US", "message": unavailable}},
+            {
+                "errorInfo": {
+                    "domain": "compute.googleapis.com",
+                    "reason": "stockout",
+                    "metadatas": {
+                        "attachment": "",
+                        "vmType": offering.machine_type,
+                        "zone": zone,
+                        "zonesAvailable": "",
+                    },
+                }
+            },
+        )
+        return Failure(code, text, 503, details)
+
+
+def _quota_name(body: Mapping[str, Any], offering: Offering) -> str:
+    """The regional quota a GPU VM draws on, e.g. NVIDIA_T4_GPUS or, for Spot,
+    PREEMPTIBLE_NVIDIA_T4_GPUS; CPUS for a VM without GPUs."""
+    accelerators = body.get("guestAccelerators") or []
+    gpu = str(accelerators[0].get("acceleratorType", "")).rsplit("/", 1)[-1] if accelerators else ""
+    for prefix, family_gpu in _FAMILY_GPUS:
+        if not gpu and offering.machine_type.startswith(prefix):
+            gpu = family_gpu
+    if gpu:
+        short = gpu.removeprefix("nvidia-tesla-").removeprefix("nvidia-")
+        name = _QUOTA_NAMES.get(gpu, f"NVIDIA_{short.upper().replace('-', '_')}_GPUS")
+    else:
+        name = "CPUS"
+    return f"PREEMPTIBLE_{name}" if offering.provisioning == "SPOT" else name
 
 
 @dataclass
@@ -766,10 +969,14 @@ class _Operation:
             return
         self.on_done()
         self.resource.update(status="DONE", progress=100, endTime=_timestamp(_utcnow()))
+        for status in (
+            self.resource.get("instancesBulkInsertOperationMetadata", {})
+            .get("perLocationStatus", {})
+            .values()
+        ):
+            status["status"] = "DONE"
         if self.failure is not None:
-            self.resource["error"] = {
-                "errors": [{"code": self.failure.code, "message": self.failure.message}]
-            }
+            self.resource["error"] = {"errors": self.failure.errors()}
             self.resource["httpErrorStatusCode"] = self.failure.http_status
             self.resource["httpErrorMessage"] = http.HTTPStatus(
                 self.failure.http_status
@@ -807,20 +1014,31 @@ class _State:
     request_ids: dict[tuple[str, str], str] = field(default_factory=dict)  # -> operation
     failures: deque[Failure] = field(default_factory=deque)
     hold_polls: int = 0
+    limits: list[CapacityLimit] = field(default_factory=list)
+    zones: set[str] = field(default_factory=set)  # addressed since reset: aggregated scopes
+
+
+class _Admission(NamedTuple):
+    """How many of an insert's instances get capacity, and the error if too few do."""
+
+    fit: int
+    failure: Failure | None
 
 
 class FakeCompute:
     """The fake Compute Engine. Every method expects ``lock`` to be held."""
 
-    def __init__(self) -> None:
+    def __init__(self, zone: str = DEFAULT_ZONE) -> None:
         self.lock = threading.RLock()
         self.state = _State()
+        self.home_zone = zone  # always a scope of aggregatedList
         self._ids = itertools.count(7_100_000_000_000_000_001)  # 19 digits, like real ids
         self._addresses = itertools.count()
 
     def handle(self, api_method: str, request: ApiRequest) -> JsonObject:
         handlers: Mapping[str, Callable[[ApiRequest], JsonObject]] = {
             "instances.list": self.list_instances,
+            "instances.aggregatedList": self.aggregated_list,
             "instances.get": self.get_instance,
             "instances.insert": self.insert_instance,
             "instances.bulkInsert": self.bulk_insert,
@@ -829,6 +1047,8 @@ class FakeCompute:
             "zoneOperations.get": self.poll_operation,
             "zoneOperations.wait": self.poll_operation,
         }
+        if request.zone:
+            self.state.zones.add(request.zone)
         return handlers[api_method](request)
 
     def new_id(self) -> str:
@@ -863,6 +1083,55 @@ class FakeCompute:
         found = self.state.instances
         return [found[key] for key in sorted(found) if key[:2] == (project, zone)]
 
+    def aggregated_list(self, request: ApiRequest) -> JsonObject:
+        """Every zone's instances in one paged list: ``items`` maps ``zones/Z`` to the
+        zone's instances on this page or, for a zone with none, the API's warning."""
+        query = request.query
+        limit = _max_results(query.get("maxResults"))
+        if query.get("orderBy", "name") != "name":
+            raise _unsupported(f"orderBy={query['orderBy']!r}")
+        for flag in ("includeAllScopes", "returnPartialSuccess"):
+            if query.get(flag, "false") not in ("true", "false"):
+                raise _invalid(flag, query[flag], "Expected a boolean.")
+        if query.get("includeAllScopes") == "true":
+            raise _unsupported("includeAllScopes=true (regional and global scopes)")
+        if "serviceProjectNumber" in query:
+            raise _unsupported("serviceProjectNumber")
+        filter_text = query.get("filter", "")
+        terms = parse_filter(filter_text)
+        after = _page_after(query.get("pageToken"), filter_text)
+        cursor = tuple(after.split("/", 1)) if after else ("", "")
+        found = self.state.instances
+        matching = [
+            found[key]
+            for key in sorted(found)
+            if key[0] == request.project
+            and key[1:] > cursor
+            and all(term.matches(found[key]) for term in terms)
+        ]
+        page_items = matching[:limit]
+        by_zone: dict[str, list[JsonObject]] = {}
+        for instance in page_items:
+            by_zone.setdefault(instance["zone"].rsplit("/", 1)[-1], []).append(instance)
+        scopes = self.state.zones | {self.home_zone}
+        scopes |= {key[1] for key in found if key[0] == request.project}
+        items: JsonObject = {}
+        for zone in sorted(scopes):
+            scope = f"zones/{zone}"
+            if zone in by_zone:
+                items[scope] = {"instances": copy.deepcopy(by_zone[zone])}
+            else:
+                items[scope] = {"warning": _no_results_warning(scope)}
+        collection = f"projects/{request.project}/aggregated/instances"
+        page: JsonObject = {"kind": "compute#instanceAggregatedList", "id": collection}
+        page["items"] = items
+        page["selfLink"] = f"{API_ROOT}{collection}"
+        if len(matching) > limit:
+            last = page_items[-1]
+            last_zone = last["zone"].rsplit("/", 1)[-1]
+            page["nextPageToken"] = _page_token(f"{last_zone}/{last['name']}", filter_text)
+        return page
+
     def get_instance(self, request: ApiRequest) -> JsonObject:
         return copy.deepcopy(self.find(request.project, request.zone, request.path["instance"]))
 
@@ -884,8 +1153,11 @@ class FakeCompute:
             return replay
         body: JsonObject = request.body
         check_new_instance(body, request.project, request.zone)
-        instance = self._create(request.project, request.zone, [body])[0]
+        self._check_free(request.project, request.zone, [body])
         failure = self._next_failure()
+        if failure is None:
+            failure = self._admit(request.project, request.zone, [body], min_count=1).failure
+        instance = self._create(request.project, request.zone, [body])[0]
         settle = self._settle(request, [instance], failure)
         return self._mutation(request, "insert", instance, request_id, settle, failure)
 
@@ -897,17 +1169,30 @@ class FakeCompute:
         body: JsonObject = request.body
         if body.get("sourceInstanceTemplate"):
             raise _unsupported("instances.bulkInsert with sourceInstanceTemplate")
-        count = _bulk_count(body)
+        count, min_count = _bulk_count(body)
         template = _instance_from_properties(body.get("instanceProperties"), request.zone)
         names = self._bulk_names(body, count, request.project, request.zone)
         bodies = [{**template, "name": name} for name in names]
         for each in bodies:
             check_new_instance(each, request.project, request.zone)
-        created = self._create(request.project, request.zone, bodies)
-        target = {"selfLink": f"{_zone_url(request.project, request.zone)}/instances"}
+        self._check_free(request.project, request.zone, bodies)
         failure = self._next_failure()
+        fit = count
+        if failure is None:  # a queued failure fails the whole request, as before
+            fit, failure = self._admit(request.project, request.zone, bodies, min_count)
+        # Those that got capacity start; on failure they are rolled back (deleted).
+        created = self._create(request.project, request.zone, bodies[:fit])
+        target = {"selfLink": f"{_zone_url(request.project, request.zone)}/instances"}
         settle = self._settle(request, created, failure)
-        return self._mutation(request, "bulkInsert", target, request_id, settle, failure)
+        status = {
+            "status": "CREATING",
+            "targetVmCount": count,
+            "createdVmCount": fit,
+            "failedToCreateVmCount": count - fit,
+            "deletedVmCount": fit if failure is not None else 0,
+        }
+        metadata = {"perLocationStatus": {f"zones/{request.zone}": status}}
+        return self._mutation(request, "bulkInsert", target, request_id, settle, failure, metadata)
 
     def delete_instance(self, request: ApiRequest) -> JsonObject:
         request_id = _request_id(request.query)
@@ -954,12 +1239,39 @@ class FakeCompute:
 
     # -- how inserts land -----------------------------------------------------------------
 
-    def _create(self, project: str, zone: str, bodies: list[JsonObject]) -> list[JsonObject]:
-        """Store PROVISIONING instances, or create none if any name is taken."""
+    def _check_free(self, project: str, zone: str, bodies: list[JsonObject]) -> None:
+        """409 if any name is taken: then nothing is created."""
         for body in bodies:
             key = (project, zone, body["name"])
             if key in self.state.instances:
                 raise _already_exists(_instance_path(*key))
+
+    def _admit(
+        self, project: str, zone: str, bodies: list[JsonObject], min_count: int
+    ) -> _Admission:
+        """Take capacity for as many of ``bodies`` (one offering) as the limits allow. If
+        fewer than ``min_count`` fit, take none and return the error of the first limit
+        that falls short; a bulkInsert's error then leads with VM_MIN_COUNT_NOT_REACHED."""
+        offering = offering_of(bodies[0], zone)
+        matching = [limit for limit in self.state.limits if limit.matches(offering)]
+        fit = min([len(bodies), *(limit.remaining for limit in matching)])
+        if fit >= min_count:
+            for limit in matching:
+                limit.remaining -= fit
+            return _Admission(fit, None)
+        short = next(limit for limit in matching if limit.remaining < min_count)
+        failure = short.failure(project, bodies[0], offering)
+        if len(bodies) > 1 or min_count > 1:
+            leading = {
+                "code": "VM_MIN_COUNT_NOT_REACHED",
+                "message": f"Requested minimum count of {min_count} VMs could not be created.",
+            }
+            failure = dataclasses.replace(failure, leading=(leading,))
+        return _Admission(fit, failure)
+
+    def _create(self, project: str, zone: str, bodies: list[JsonObject]) -> list[JsonObject]:
+        """Store PROVISIONING instances, or create none if any name is taken."""
+        self._check_free(project, zone, bodies)
         created = [self._materialise(project, zone, body) for body in bodies]
         for instance in created:
             self.state.instances[(project, zone, instance["name"])] = instance
@@ -1069,6 +1381,7 @@ class FakeCompute:
         request_id: str | None,
         on_done: Callable[[], None],
         failure: Failure | None = None,
+        bulk_metadata: JsonObject | None = None,
     ) -> JsonObject:
         """Start the operation that reports a mutation; it completes now unless held."""
         name, now = _operation_name(), _timestamp(_utcnow())
@@ -1089,6 +1402,8 @@ class FakeCompute:
         }
         if "id" in target:
             resource["targetId"] = target["id"]
+        if bulk_metadata is not None:
+            resource["instancesBulkInsertOperationMetadata"] = bulk_metadata
         if request_id is not None:
             resource["clientOperationId"] = request_id
             self.state.request_ids[(request.project, request_id)] = name
@@ -1117,14 +1432,24 @@ class FakeCompute:
         return self._after_poll(operation, counts=True)
 
 
-def _bulk_count(body: JsonObject) -> int:
+def _bulk_count(body: JsonObject) -> tuple[int, int]:
+    """``count`` and ``minCount`` (which defaults to count)."""
     count = int(body.get("count") or 0)
     if count < 1:
         raise _invalid("resource.count", body.get("count"), "Must be at least 1.")
     min_count = int(body.get("minCount") or count)
     if not 1 <= min_count <= count:
         raise _invalid("resource.minCount", body.get("minCount"), "Must be between 1 and count.")
-    return count
+    return count, min_count
+
+
+def _no_results_warning(scope: str) -> JsonObject:
+    """What aggregatedList puts in place of a scope's list when it has none on the page."""
+    return {
+        "code": "NO_RESULTS_ON_PAGE",
+        "message": f"There are no results for scope '{scope}' on this page.",
+        "data": [{"key": "scope", "value": scope}],
+    }
 
 
 def _instance_from_properties(properties: JsonObject | None, zone: str) -> JsonObject:
@@ -1169,6 +1494,11 @@ def _pattern_names(pattern: str, count: int, taken: Iterable[str]) -> list[str]:
 _ROUTES: Final = Map(
     [
         Rule(f"{_PATH_PREFIX}/instances", methods=["GET"], endpoint="instances.list"),
+        Rule(
+            "/compute/v1/projects/<project>/aggregated/instances",
+            methods=["GET"],
+            endpoint="instances.aggregatedList",
+        ),
         Rule(f"{_PATH_PREFIX}/instances", methods=["POST"], endpoint="instances.insert"),
         Rule(
             f"{_PATH_PREFIX}/instances/bulkInsert",
@@ -1233,7 +1563,23 @@ def _parse(api_method: str, args: Mapping[str, Any], request: Request) -> ApiReq
     _check_query(api_method, query)
     body = _read_body(api_method, request)
     path = {key: str(value) for key, value in args.items() if key not in ("project", "zone")}
-    return ApiRequest(str(args["project"]), str(args["zone"]), path, query, body)
+    zone = _check_zone(str(args["zone"])) if "zone" in args else ""
+    return ApiRequest(str(args["project"]), zone, path, query, body)
+
+
+def _check_zone(zone: str) -> str:
+    """Any ``REGION-x`` zone is served; a region or a typo is refused as the API does."""
+    if not _ZONE.fullmatch(zone):
+        raise _invalid("zone", zone, "Unknown zone.")
+    return zone
+
+
+def region_of(zone: str) -> str:
+    """``us-central1`` for ``us-central1-a``."""
+    match = _ZONE.fullmatch(zone)
+    if match is None:
+        raise ValueError(f"{zone!r} is not a zone name (REGION-x, e.g. us-central1-a)")
+    return match["region"]
 
 
 class _ComputeApp:
@@ -1299,7 +1645,8 @@ class LocalCompute(Service):
     def __init__(self, project: str = DEFAULT_PROJECT, zone: str = DEFAULT_ZONE) -> None:
         self._project = project
         self._zone = zone
-        self._compute = FakeCompute()
+        region_of(zone)  # a zone name, not a region
+        self._compute = FakeCompute(zone)
         self._calls = CallLog[ApiCall]()
         self._server: LoopbackServer | None = None
 
@@ -1443,6 +1790,54 @@ class LocalCompute(Service):
         text = message or _default_failure_message(code, self._project, self._zone)
         with self._compute.lock:
             self._compute.state.failures.extend([Failure(code, text, status)] * count)
+
+    def limit_capacity(
+        self,
+        machine_type: str,
+        zone: str | None = None,
+        provisioning: str | None = None,
+        count: int = 0,
+        *,
+        kind: str = "stockout",
+        quota: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        """From now on at most ``count`` more VMs of ``machine_type`` (a bare name, e.g.
+        ``a2-highgpu-1g``) in ``zone`` with ``provisioning`` model ``"SPOT"`` (a legacy
+        preemptible VM counts as SPOT) or ``"STANDARD"`` can be created; None matches any.
+
+        An insert past the limit still returns an operation, which ends DONE with the
+        error of ``kind`` and leaves no instance: ``"stockout"`` is
+        ZONE_RESOURCE_POOL_EXHAUSTED (503), ``"stockout_with_details"``
+        ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS (503, with ``errorDetails``),
+        ``"quota"`` QUOTA_EXCEEDED (403) naming ``quota`` (by default the regional GPU
+        quota the VM draws on, e.g. NVIDIA_A100_GPUS). ``message`` overrides the wording.
+        A bulkInsert creates as many as fit if that is at least its ``minCount``, else
+        none. Capacity is counted per creation: deleting a VM does not give it back.
+        Limits add up (an insert must fit them all) until clear_capacity_limits() or
+        reset(); fail_next_inserts() failures come first and take no capacity."""
+        if count < 0:
+            raise ValueError("count must be >= 0")
+        if kind not in CAPACITY_KINDS:
+            raise ValueError(f"kind must be one of {sorted(CAPACITY_KINDS)}, not {kind!r}")
+        if provisioning not in (None, *PROVISIONING_MODELS):
+            raise ValueError(f"provisioning must be SPOT, STANDARD or None, not {provisioning!r}")
+        if not machine_type or "/" in machine_type:
+            raise ValueError(f"machine_type must be a bare name, not {machine_type!r}")
+        if zone is not None:
+            region_of(zone)
+        limit = CapacityLimit(
+            machine_type, zone, provisioning, count, kind, count, quota=quota, message=message
+        )
+        with self._compute.lock:
+            self._compute.state.limits.append(limit)
+            if zone is not None:
+                self._compute.state.zones.add(zone)
+
+    def clear_capacity_limits(self) -> None:
+        """Forget every capacity limit: VMs of any offering can be created again."""
+        with self._compute.lock:
+            self._compute.state.limits.clear()
 
     def hold_operations(self, polls: int) -> None:
         """Operations started from now on stay RUNNING (their effect not yet landed, a new
