@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dynagent.config import Config
+from dynagent.fallback import CapacityMemory
 from dynagent.gcp.compute import GceProvider
 from dynagent.local.gce import LocalCompute
 
@@ -38,7 +39,12 @@ def gcp_pool_document(name: str = "t4", **provider: Any) -> dict[str, Any]:
     return {"pool_name": name, "provider": fields}
 
 
-def provider_for(compute: LocalCompute, cfg: Config | None = None, **fields: Any) -> GceProvider:
+def provider_for(
+    compute: LocalCompute,
+    cfg: Config | None = None,
+    memory: CapacityMemory | None = None,
+    **fields: Any,
+) -> GceProvider:
     cfg = cfg or config(gcp_pool_document(**fields))
     pool = next(iter(cfg.pools.values()))
     return GceProvider(
@@ -47,6 +53,7 @@ def provider_for(compute: LocalCompute, cfg: Config | None = None, **fields: Any
         compute.zone_operations_client(),
         cfg.settings,
         sleep=lambda _: None,
+        memory=memory,
     )
 
 

@@ -3,33 +3,23 @@ has capacity for, the refusal remembered, and nothing created twice on a replay.
 
 from __future__ import annotations
 
-from typing import Any
-
 from dynagent.decide import decide
 from dynagent.fallback import CapacityMemory
 from dynagent.fleet import Fleet
 from dynagent.gcp.compute import GceProvider
 from dynagent.local.gce import LocalCompute
+from dynagent.plan import Termination
 from dynagent.snapshot import PendingTask, Snapshot
 
-from .helpers import config, gcp_pool_document, managed, now
+from .helpers import managed, now, provider_for
 
 SMALL = {"machine_type": "n1-standard-8", "gpu_type": "nvidia-tesla-t4", "gpu_num": 1}
 LARGE = {"machine_type": "n1-standard-32", "gpu_type": "nvidia-tesla-t4", "gpu_num": 4}
 
 
-def offerings_provider(compute: LocalCompute, memory: CapacityMemory, **spec: Any) -> GceProvider:
-    offerings = {"machines": [SMALL, LARGE], **spec}
-    cfg = config(gcp_pool_document(offerings=offerings, max_instances=10))
-    pool = next(iter(cfg.pools.values()))
-    return GceProvider(
-        pool,
-        compute.instances_client(),
-        compute.zone_operations_client(),
-        cfg.settings,
-        sleep=lambda _: None,
-        memory=memory,
-    )
+def offerings_provider(compute: LocalCompute, memory: CapacityMemory) -> GceProvider:
+    offerings = {"machines": [SMALL, LARGE]}
+    return provider_for(compute, memory=memory, offerings=offerings, max_instances=10)
 
 
 def demand(seq: int, *slots: int) -> Snapshot:
@@ -91,3 +81,52 @@ def test_a_replayed_plan_creates_nothing_more(compute: LocalCompute) -> None:
     assert sorted(again.started) == sorted(first.started)
     assert len(first.started) == 3  # one machine per 1-slot task, one for the 4 slots
     assert len(managed(compute)) == 3
+
+
+ZONE_B = "us-central1-b"
+
+
+def test_a_zone_out_of_capacity_falls_to_the_next_zone_listed_in_one_call(
+    compute: LocalCompute,
+) -> None:
+    provider = provider_for(
+        compute,
+        memory=CapacityMemory(),
+        offerings={"machines": [SMALL], "zones": [compute.zone, ZONE_B]},
+        max_instances=10,
+    )
+    compute.limit_capacity("n1-standard-8", zone=compute.zone, count=0)
+    plan = decide(provider.pool, provider.observe(), demand(1, 1, 1), now())
+    result = provider.launch(plan)
+
+    assert result.error is None and len(result.started) == 2
+    assert result.unavailable == (f"n1-standard-8@{compute.zone}/on-demand",)
+    compute.clear_calls()
+    fleet = provider.observe()
+    assert sorted(i.zone for i in fleet.instances) == [ZONE_B, ZONE_B]
+    # Two zones, one paged call: the listing does not grow with the offerings.
+    assert compute.call_names() == ["instances.aggregatedList"]
+    # Terminations reach each VM in its own zone.
+    provider.terminate(tuple(Termination(i.id, "test") for i in fleet.instances))
+    assert managed(compute) == []
+
+
+def test_everything_out_is_one_insert_per_offering_and_no_hot_loop(
+    compute: LocalCompute,
+) -> None:
+    memory = CapacityMemory()
+    provider = provider_for(compute, memory=memory, offerings={"machines": [SMALL, LARGE]})
+    compute.limit_capacity("n1-standard-8", count=0)
+    compute.limit_capacity("n1-standard-32", count=0, kind="quota")
+    compute.clear_calls()
+    plan = decide(provider.pool, provider.observe(), demand(1, 1), now())
+    result = provider.launch(plan)
+
+    assert result.started == ()
+    assert result.error is not None and "no capacity for 1 machine(s)" in result.error
+    inserts = [name for name in compute.call_names() if name == "instances.insert"]
+    assert len(inserts) == 2  # one per offering tried
+    # The next pass chooses nothing until the memory forgets: it says why, launches nothing.
+    again = decide(provider.pool, provider.observe(), demand(2, 1), now())
+    assert again.launches == ()
+    assert again.waiting == ("t0 (1 slots): no machine of 1 or more slots has capacity now",)
