@@ -383,8 +383,17 @@ def _counted_on(ctx: _Context, survey: _Survey) -> set[str]:
     pending = ctx.snapshot.pending if ctx.snapshot else ()
     if not pending:
         return set()
-    agents = ctx.agents
-    idle = {i for i, _ in survey.room if (agent := agents.get(i)) is not None and agent.idle}
+    # Only agents idle half their period or longer can be reaped soon or need their mark
+    # renewed; with none, there is nothing to keep (the common case: no second packing).
+    half = ctx.now - ctx.provider.max_idle_agent_period / 2
+    idle = {
+        instance_id
+        for instance_id, _ in survey.room
+        if (agent := ctx.agents.get(instance_id)) is not None
+        and agent.idle
+        and (since := ctx.by_id[instance_id].idle_since) is not None
+        and since <= half
+    }
     if not idle:
         return set()
     candidates = [(i, m) for i, m in survey.room if i not in ctx.terminations]
@@ -396,6 +405,7 @@ def _counted_on(ctx: _Context, survey: _Survey) -> set[str]:
         room=max(0, provider.max_instances - _live_count(ctx)),
         max_instances=provider.max_instances,
         largest_slots=provider.slots_per_instance,
+        open_new=False,
     )
     return {
         instance_id

@@ -73,12 +73,19 @@ class Catalog:
     unavailable: frozenset[str] = frozenset()
     # Slots of each type, for instances whose type is known but not offered any more.
     _slots: dict[str, int] = field(init=False, repr=False, compare=False)
+    _available: tuple[Offering, ...] = field(init=False, repr=False, compare=False)
+    # Fallbacks by shape: a pass asks once per machine it launches.
+    _fallbacks: dict[Shape, tuple[Offering, ...]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_slots", {o.instance_type: o.slots for o in self.offerings})
+        available = tuple(o for o in self.offerings if o.key not in self.unavailable)
+        object.__setattr__(self, "_available", available)
 
     def available(self) -> tuple[Offering, ...]:
-        return tuple(o for o in self.offerings if o.key not in self.unavailable)
+        return self._available
 
     def shapes(self) -> tuple[Shape, ...]:
         """Each type with an available offering, priced by its first one, fewest slots first."""
@@ -106,12 +113,15 @@ class Catalog:
         """Where a machine of ``shape`` may be bought, best first: its own type's available
         offerings in preference order, then those of larger types, cheapest first (a larger
         machine holds the same tasks)."""
-        own = [o for o in self.available() if o.instance_type == shape.instance_type]
-        larger = sorted(
-            (o for o in self.available() if o.slots > shape.slots),
-            key=lambda o: (o.price, o.slots),
-        )
-        return (*own, *larger)
+        found = self._fallbacks.get(shape)
+        if found is None:
+            own = [o for o in self._available if o.instance_type == shape.instance_type]
+            larger = sorted(
+                (o for o in self._available if o.slots > shape.slots),
+                key=lambda o: (o.price, o.slots),
+            )
+            found = self._fallbacks[shape] = (*own, *larger)
+        return found
 
     def without(self, keys: Iterable[str]) -> Catalog:
         return Catalog(self.offerings, self.unavailable | frozenset(keys))

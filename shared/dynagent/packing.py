@@ -62,7 +62,11 @@ class Existing:
 
 
 class _Queue:
-    """The tasks still to place, by size, largest first, each size in arrival order."""
+    """The tasks still to place, by size, largest first, each size in arrival order.
+
+    Kept as counts by size, with the sizes still waiting and their slots in total at
+    hand: a pass over 10,000 tasks opens thousands of machines, each asking these.
+    """
 
     def __init__(self, tasks: Sequence[PendingTask]) -> None:
         self.names: dict[int, list[str]] = {}
@@ -70,36 +74,43 @@ class _Queue:
         for slots, group in itertools.groupby(sorted(tasks, key=_SLOTS, reverse=True), _SLOTS):
             self.names[slots] = [t.task for t in group]
             self.next[slots] = 0
+        # Sizes with tasks left, largest first.
+        self.waiting: list[int] = list(self.names)
+        self.total = sum(slots * len(names) for slots, names in self.names.items())
 
     def sizes(self) -> list[int]:
-        return [s for s, names in self.names.items() if self.next[s] < len(names)]
+        return self.waiting
 
     def count(self, slots: int) -> int:
         return len(self.names[slots]) - self.next[slots]
 
     def counts(self) -> tuple[tuple[int, int], ...]:
-        return tuple((s, self.count(s)) for s in self.sizes())
+        return tuple((s, self.count(s)) for s in self.waiting)
 
     def take(self, slots: int, count: int) -> list[str]:
         start = self.next[slots]
         self.next[slots] = start + count
+        self.total -= slots * count
+        if self.next[slots] >= len(self.names[slots]):
+            self.waiting.remove(slots)
         return self.names[slots][start : start + count]
 
     def fill(self, free: int) -> tuple[list[str], int]:
         """The largest tasks that fit in ``free`` slots, largest first; the slots left."""
         placed: list[str] = []
-        for slots in self.sizes():
+        for slots in list(self.waiting):
             if slots > free:
                 continue
             fit = self.count(slots) if slots == 0 else min(self.count(slots), free // slots)
-            placed += self.take(slots, fit)
-            free -= slots * fit
+            if fit:
+                placed += self.take(slots, fit)
+                free -= slots * fit
         return placed, free
 
     def left(self) -> list[PendingTask]:
         return [
             PendingTask(task=name, slots=slots)
-            for slots in self.sizes()
+            for slots in self.waiting
             for name in self.names[slots][self.next[slots] :]
         ]
 
@@ -111,11 +122,14 @@ def pack(
     room: int,
     max_instances: int,
     largest_slots: int | None = None,
+    open_new: bool = True,
 ) -> Demand:
     """Place ``pending`` on ``existing`` machines, then on at most ``room`` new ones.
 
     ``shapes`` are what may be launched now; ``largest_slots`` is the largest machine the
     pool has at all (default: the largest shape), which decides whether a task can ever run.
+    With ``open_new`` false, tasks that fit one machine are placed on existing ones only
+    (for a look at which existing machines pending tasks would take).
     """
     demand = Demand()
     largest = largest_slots if largest_slots is not None else max(map(_SLOTS, shapes), default=0)
@@ -134,7 +148,8 @@ def pack(
     for index, slots in enumerate(free):
         if slots and queue.sizes():
             _, free[index] = queue.fill(slots)
-    _open_machines(demand, queue, shapes, room - opened, max_instances)
+    if open_new:
+        _open_machines(demand, queue, shapes, room - opened, max_instances)
     demand.free_after = [(m.slots, f) for m, f in zip(existing, free, strict=True)]
     return demand
 
@@ -189,12 +204,18 @@ def _open_machines(
     demand: Demand, queue: _Queue, shapes: Sequence[Shape], room: int, max_instances: int
 ) -> None:
     """New machines for what is left, each of the shape that serves it cheapest."""
-    opened = 0
+    opened, before = 0, len(demand.new_machines)
+    fits: dict[int, list[Shape]] = {}
     while queue.sizes():
         top = queue.sizes()[0]
-        fitting = [s for s in shapes if s.slots >= top]
+        if top not in fits:
+            fits[top] = [s for s in shapes if s.slots >= top]
+        fitting = fits[top]
         if not fitting or opened >= room:
             break
+        if _open_whole(demand, queue, _bulk(fitting), room - opened):
+            opened = len(demand.new_machines) - before
+            continue
         shape = _next_shape(queue, fitting, shapes, room - opened)
         tasks, free = queue.fill(shape.slots)
         demand.new_machines.append(NewMachine(shape, tasks, shape.slots - free))
@@ -205,6 +226,29 @@ def _open_machines(
         else:
             reason = f"pool is at max_instances ({max_instances})"
         demand.waiting.append((task, reason))
+
+
+def _bulk(fitting: list[Shape]) -> Shape:
+    """The shape cheapest per slot; the larger on a tie (fewer machines)."""
+    return min(fitting, key=lambda s: (s.price_per_slot, -s.slots))
+
+
+def _open_whole(demand: Demand, queue: _Queue, bulk: Shape, room: int) -> bool:
+    """Open at once every machine that tasks of the largest size fill exactly, as filling
+    them one by one would: a pass of thousands of equal tasks is one step, not thousands.
+    Whether it opened any."""
+    top = queue.sizes()[0]
+    if queue.total < bulk.slots or top <= 0 or bulk.slots % top:
+        return False
+    per = bulk.slots // top
+    count = min(queue.count(top) // per, room)
+    if count <= 0:
+        return False
+    names = queue.take(top, count * per)
+    demand.new_machines += [
+        NewMachine(bulk, names[k * per : (k + 1) * per], bulk.slots) for k in range(count)
+    ]
+    return True
 
 
 def _next_shape(queue: _Queue, fitting: list[Shape], shapes: Sequence[Shape], room: int) -> Shape:
@@ -218,9 +262,8 @@ def _next_shape(queue: _Queue, fitting: list[Shape], shapes: Sequence[Shape], ro
     ones left may be smaller than the first (2 + 2 + 1 slots: a 4-slot and a 1-slot
     machine), and it checks at each step that the machine holds its largest task.
     """
-    bulk = min(fitting, key=lambda s: (s.price_per_slot, -s.slots))
-    total = sum(slots * queue.count(slots) for slots in queue.sizes())
-    if total >= bulk.slots:
+    bulk = _bulk(fitting)
+    if queue.total >= bulk.slots:
         return bulk
     _, machines, first = _cheapest_cover(queue.counts(), tuple(shapes))
     if first is None or machines > room:
