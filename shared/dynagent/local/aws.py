@@ -16,6 +16,41 @@ runs, and only for that server's own moto account:
   DescribeSpotInstanceRequests honours ``MaxResults``/``NextToken`` and the
   ``status-code`` filter.
 
+* Capacity is scarce on demand (``limit_capacity``; moto always has capacity): RunInstances
+  launches what is left if that is at least MinCount, else fails
+  ``InsufficientInstanceCapacity`` with EC2's message and EC2's HTTP 500 (moto sends every
+  error as 400; boto3 retries a 500, so tests turn retries off); a spot request without
+  capacity stays ``open``/``capacity-not-available``. ``fail_next_launch`` injects one
+  EC2 error (VcpuLimitExceeded, ...) into the next matching launch.
+* CreateFleet ``Type: instant`` is served here (aws_fleet.py), because moto's ignores
+  ClientToken, never returns ``Errors``, ignores Priority and allocation strategies, answers
+  an empty LaunchTemplateConfigs with a 500, launches nothing when the target is below the
+  first override's WeightedCapacity, and drops the template's MetadataOptions and the
+  call's instance tags. Here: overrides in the strategy's order (``prioritized`` and
+  ``capacity-optimized-prioritized`` by Priority; the others by price per unit of weight
+  from the double's price tables, unpriced last; ties in request order), weighted
+  capacity (at least one instance), one ``Errors`` entry per override that could not
+  launch (capacity, injected error, unknown type, subnet or AMI) and on to the next, HTTP
+  200 even when all failed; instances get the template version's data, the override's
+  type and subnet, the call's ``instance`` tags and ``aws:ec2:fleet-id``; spot ones have
+  ``InstanceLifecycle: spot`` (without a spot request). ClientToken replays the first
+  reply; an empty config list is EC2's ``MissingParameter`` (400). Not modelled: the
+  instant fleet is not kept for DescribeFleets (nor are its ``fleet`` tags), MaxTotalPrice,
+  capacity reservations. ``maintain``/``request`` fleets are moto's.
+* Launch templates: CreateLaunchTemplate and CreateLaunchTemplateVersion honour
+  ClientToken (moto answers a retry AlreadyExists, or adds a version per retry);
+  CreateLaunchTemplateVersion honours ``SourceVersion`` (moto ignores it, so a version
+  lost every parameter it did not repeat); the template's own ``launch-template`` tags
+  stay off its LaunchTemplateData (moto copies them in). Checked and left alone:
+  AlreadyExists for a taken name, ``tag:KEY`` filters and ``LaunchTemplateNames``
+  (NotFound for an unknown one), ``$Latest``/``$Default`` versions, ModifyLaunchTemplate's
+  DefaultVersion.
+* DescribeSpotPriceHistory serves only prices set with ``set_spot_price`` (moto invents
+  0.00001 for every offered type and zone, ignoring StartTime): filtered by InstanceTypes,
+  AvailabilityZone, ProductDescriptions ("Linux/UNIX") and the matching filters, newest
+  first, and with a StartTime including the price in effect then. With no price set it
+  returns nothing, so code must fall back to the on-demand price.
+
 It also gives tests knobs EC2 has no API for: leave new spot requests open, set a spot
 request's state and status, age an instance, and hide new instances from the next few
 DescribeInstances calls (EC2's eventual consistency). And it counts the API calls it
@@ -480,7 +515,8 @@ def _as_server_error(response: Any, error: ServerError) -> Any:
     """moto sends every EC2 error as HTTP 400 (EC2's errors have no modelled status); EC2
     sends its server errors, InsufficientInstanceCapacity among them, as 500."""
     _, headers, body = response.serialized(ActionResult(error))
-    return 500, headers, body
+    headers["status"] = 500  # moto's dispatcher takes the status from here
+    return body, headers
 
 
 def _run_site(response: Any) -> Site:
@@ -520,7 +556,7 @@ def _run_instances(self: Any) -> Any:
                 raise scarcity.insufficient_capacity(site, zones)
             self.params["MinCount"] = count if available is None else min(count, available)
             result = _moto_run_instances(self)
-            scarcity.consume(site, len(result.result.instances))
+            scarcity.consume(site, len(cast(Any, result.result).instances))
         _hide_new(self.ec2_backend, result.result, knobs.hide_new_instances_for)
         return result
 
@@ -746,7 +782,7 @@ def _create_launch_template(self: Any) -> Any:
         return _moto_create_launch_template(self)
 
     def create() -> dict[str, Any]:
-        result = _moto_create_launch_template(self).result
+        result = cast(dict[str, Any], _moto_create_launch_template(self).result)
         template = self.ec2_backend.get_launch_template(
             result["LaunchTemplate"]["LaunchTemplateId"]
         )
@@ -760,7 +796,7 @@ def _create_launch_template(self: Any) -> Any:
             data["TagSpecifications"] = specs
         else:
             data.pop("TagSpecifications", None)
-        return cast(dict[str, Any], result)
+        return result
 
     return _idempotent_reply(self, "CreateLaunchTemplate", create, LAUNCH_TEMPLATE_TOKEN_MAX_CHARS)
 
