@@ -16,6 +16,41 @@ runs, and only for that server's own moto account:
   DescribeSpotInstanceRequests honours ``MaxResults``/``NextToken`` and the
   ``status-code`` filter.
 
+* Capacity is scarce on demand (``limit_capacity``; moto always has capacity): RunInstances
+  launches what is left if that is at least MinCount, else fails
+  ``InsufficientInstanceCapacity`` with EC2's message and EC2's HTTP 500 (moto sends every
+  error as 400; boto3 retries a 500, so tests turn retries off); a spot request without
+  capacity stays ``open``/``capacity-not-available``. ``fail_next_launch`` injects one
+  EC2 error (VcpuLimitExceeded, ...) into the next matching launch.
+* CreateFleet ``Type: instant`` is served here (aws_fleet.py), because moto's ignores
+  ClientToken, never returns ``Errors``, ignores Priority and allocation strategies, answers
+  an empty LaunchTemplateConfigs with a 500, launches nothing when the target is below the
+  first override's WeightedCapacity, and drops the template's MetadataOptions and the
+  call's instance tags. Here: overrides in the strategy's order (``prioritized`` and
+  ``capacity-optimized-prioritized`` by Priority; the others by price per unit of weight
+  from the double's price tables, unpriced last; ties in request order), weighted
+  capacity (at least one instance), one ``Errors`` entry per override that could not
+  launch (capacity, injected error, unknown type, subnet or AMI) and on to the next, HTTP
+  200 even when all failed; instances get the template version's data, the override's
+  type and subnet, the call's ``instance`` tags and ``aws:ec2:fleet-id``; spot ones have
+  ``InstanceLifecycle: spot`` (without a spot request). ClientToken replays the first
+  reply; an empty config list is EC2's ``MissingParameter`` (400). Not modelled: the
+  instant fleet is not kept for DescribeFleets (nor are its ``fleet`` tags), MaxTotalPrice,
+  capacity reservations. ``maintain``/``request`` fleets are moto's.
+* Launch templates: CreateLaunchTemplate and CreateLaunchTemplateVersion honour
+  ClientToken (moto answers a retry AlreadyExists, or adds a version per retry);
+  CreateLaunchTemplateVersion honours ``SourceVersion`` (moto ignores it, so a version
+  lost every parameter it did not repeat); the template's own ``launch-template`` tags
+  stay off its LaunchTemplateData (moto copies them in). Checked and left alone:
+  AlreadyExists for a taken name, ``tag:KEY`` filters and ``LaunchTemplateNames``
+  (NotFound for an unknown one), ``$Latest``/``$Default`` versions, ModifyLaunchTemplate's
+  DefaultVersion.
+* DescribeSpotPriceHistory serves only prices set with ``set_spot_price`` (moto invents
+  0.00001 for every offered type and zone, ignoring StartTime): filtered by InstanceTypes,
+  AvailabilityZone, ProductDescriptions ("Linux/UNIX") and the matching filters, newest
+  first, and with a StartTime including the price in effect then. With no price set it
+  returns nothing, so code must fall back to the on-demand price.
+
 It also gives tests knobs EC2 has no API for: leave new spot requests open, set a spot
 request's state and status, age an instance, and hide new instances from the next few
 DescribeInstances calls (EC2's eventual consistency). And it counts the API calls it
@@ -43,7 +78,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple, Self, cast
 from urllib.parse import parse_qs
@@ -56,7 +91,9 @@ from moto.ec2.exceptions import EC2ClientError, InvalidInstanceIdError
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.instances import InstanceBackend
 from moto.ec2.models.spot_requests import SpotInstanceRequest, SpotRequestBackend
+from moto.ec2.responses.fleets import Fleets
 from moto.ec2.responses.instances import InstanceResponse
+from moto.ec2.responses.launch_templates import LaunchTemplates
 from moto.ec2.responses.spot_instances import SpotInstances
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -64,6 +101,18 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 
+from dynagent.local.aws_fleet import (
+    ON_DEMAND,
+    SPOT,
+    Scarcity,
+    ServerError,
+    Site,
+    check_fleet_request,
+    check_purchase,
+    create_instant_fleet,
+    launch_error,
+    zone_of,
+)
 from dynagent.local.loopback import LOOPBACK, CallLog, LoopbackServer, QuietHandler, Service
 
 DEFAULT_REGION: Final = "us-west-2"
@@ -72,6 +121,8 @@ DUMMY_SECRET_ACCESS_KEY: Final = "testing"
 
 # EC2: "A client token is a unique, case-sensitive string of up to 64 ASCII characters."
 CLIENT_TOKEN_MAX_CHARS: Final = 64
+# CreateLaunchTemplate(Version)'s own documented limit: "Maximum 128 ASCII characters."
+LAUNCH_TEMPLATE_TOKEN_MAX_CHARS: Final = 128
 
 # Each LocalAws gets its own moto account; these never collide with moto's default one.
 _ACCOUNT_IDS = itertools.count(100_000_000_001)
@@ -158,6 +209,7 @@ class _Knobs:
 
     fulfil_spot_requests: bool = True
     hide_new_instances_for: int = 0  # DescribeInstances calls a new instance is missing from
+    scarcity: Scarcity = field(default_factory=Scarcity)  # capacity, injected errors, prices
 
 
 _OWNED: dict[str, _Knobs] = {}  # account id -> knobs, for every running LocalAws
@@ -226,14 +278,14 @@ def _fingerprint(params: Mapping[str, Any]) -> str:
     return json.dumps(relevant, sort_keys=True, default=str)
 
 
-def _check_token(token: str) -> None:
+def _check_token(token: str, max_chars: int) -> None:
     # EC2's limit. The error code for breaking it is not documented; InvalidParameterValue
     # is EC2's generic 400, and what matters is that the double refuses what EC2 refuses.
-    if len(token) > CLIENT_TOKEN_MAX_CHARS or not token.isascii():
+    if len(token) > max_chars or not token.isascii():
         raise EC2ClientError(
             "InvalidParameterValue",
             f"Value ({token}) for parameter clientToken is invalid: "
-            f"up to {CLIENT_TOKEN_MAX_CHARS} ASCII characters.",
+            f"up to {max_chars} ASCII characters.",
         )
 
 
@@ -243,6 +295,7 @@ def _idempotent(
     launch: Callable[[], ActionResult],
     ids_of: Callable[[Any], tuple[str, ...]],
     replay: Callable[[Any, tuple[str, ...]], ActionResult],  # (response, ids)
+    max_token_chars: int = CLIENT_TOKEN_MAX_CHARS,
 ) -> ActionResult:
     """Run ``launch`` once per client token; answer a retry with what the first call made.
 
@@ -263,7 +316,7 @@ def _idempotent(
     token = response._get_param("ClientToken")
     if not token or response._get_param("DryRun"):
         return launch()
-    _check_token(token)
+    _check_token(token, max_token_chars)
     fingerprint = _fingerprint(response.params)
     ledger = _token_ledger(response.ec2_backend)
     with _STATE_LOCK:
@@ -275,6 +328,38 @@ def _idempotent(
     if earlier.fingerprint != fingerprint:
         raise _IdempotentParameterMismatch()
     return replay(response, earlier.ids)
+
+
+def _idempotent_reply(
+    response: Any,
+    action: str,
+    make: Callable[[], dict[str, Any]],
+    max_token_chars: int = CLIENT_TOKEN_MAX_CHARS,
+) -> ActionResult:
+    """``_idempotent`` for actions whose whole first reply is what a retry gets back
+    (CreateFleet, CreateLaunchTemplate, CreateLaunchTemplateVersion): the reply is kept
+    on the backend, next to the token ledger, and replayed as it was."""
+    replies = _stored_replies(response.ec2_backend)
+
+    def ids_of(reply: Any) -> tuple[str, ...]:
+        key = str(len(replies))
+        replies[key] = copy.deepcopy(reply)
+        return (key,)
+
+    def replay(_: Any, ids: tuple[str, ...]) -> ActionResult:
+        return ActionResult(copy.deepcopy(replies[ids[0]]))
+
+    return _idempotent(
+        response, action, lambda: ActionResult(make()), ids_of, replay, max_token_chars
+    )
+
+
+def _stored_replies(backend: Any) -> dict[str, Any]:
+    replies: dict[str, Any] | None = getattr(backend, "_dynagent_replies", None)
+    if replies is None:
+        replies = {}
+        backend._dynagent_replies = replies
+    return replies
 
 
 def _reservation_ids(reservation: Any) -> tuple[str, ...]:
@@ -355,6 +440,7 @@ def _without(reservation: Any, hidden: frozenset[str]) -> Any:
 
 # Spot request status codes, from EC2's "Spot request status" documentation.
 PENDING_FULFILLMENT: Final = "pending-fulfillment"
+CAPACITY_NOT_AVAILABLE: Final = "capacity-not-available"
 FULFILLED: Final = "fulfilled"
 # The docs' state table spells this one "canceled-", their list of codes "cancelled-".
 CANCELED_BEFORE_FULFILLMENT: Final = "canceled-before-fulfillment"
@@ -419,25 +505,65 @@ _moto_launch_instance = SpotInstanceRequest.launch_instance
 _moto_spot_status: Any = SpotInstanceRequest.__dict__["status"]
 _moto_spot_create_time: Any = SpotInstanceRequest.__dict__["create_time"]
 _moto_spot_get_filter_value = SpotInstanceRequest.get_filter_value
+_moto_create_fleet = Fleets.create_fleet
+_moto_describe_spot_price_history = SpotInstances.describe_spot_price_history
+_moto_create_launch_template = LaunchTemplates.create_launch_template
+_moto_create_launch_template_version = LaunchTemplates.create_launch_template_version
 
 
-def _run_instances(self: Any) -> ActionResult:
+def _as_server_error(response: Any, error: ServerError) -> Any:
+    """moto sends every EC2 error as HTTP 400 (EC2's errors have no modelled status); EC2
+    sends its server errors, InsufficientInstanceCapacity among them, as 500."""
+    _, headers, body = response.serialized(ActionResult(error))
+    headers["status"] = 500  # moto's dispatcher takes the status from here
+    return body, headers
+
+
+def _run_site(response: Any) -> Site:
+    """The instance type, zone and purchase option a RunInstances request launches into."""
+    backend = response.ec2_backend
+    instance_type = response._get_param("InstanceType")
+    template = response._get_param("LaunchTemplate")
+    if not instance_type and template:
+        instance_type = backend._get_template_from_args(template).instance_type
+    nics = response._get_param("NetworkInterfaces") or [{}]
+    subnet_id = response._get_param("SubnetId") or nics[0].get("SubnetId")
+    zone = zone_of(backend, subnet_id, response._get_param("Placement.AvailabilityZone"))
+    market = response._get_param("InstanceMarketOptions.MarketType")
+    return Site(instance_type or "m1.small", zone, SPOT if market == SPOT else ON_DEMAND)
+
+
+def _run_instances(self: Any) -> Any:
     knobs = _knobs_for(self.current_account)
     if knobs is None:
         return _moto_run_instances(self)
+    scarcity = knobs.scarcity
 
     def launch() -> ActionResult:
         _refuse_unknown_image(self.ec2_backend, self._get_param("ImageId"))
-        # EC2 launches MaxCount when it has the capacity (and at least MinCount or none);
-        # moto launches MinCount. The local cloud always has capacity.
-        max_count = self._get_param("MaxCount")
-        if max_count is not None:
-            self.params["MinCount"] = max_count
-        result = _moto_run_instances(self)
+        site = _run_site(self)
+        with _STATE_LOCK:
+            code = scarcity.take_failure(site)
+            if code is not None:
+                raise launch_error(code)
+            # EC2 launches MaxCount when it has the capacity, as many as it has when that
+            # is at least MinCount, and none otherwise; moto always launches MinCount.
+            min_count = int(self._get_param("MinCount") or 1)
+            count = int(self._get_param("MaxCount") or min_count)
+            available = scarcity.available(site)
+            if available is not None and available < min_count:
+                zones = [zone.name for zone in self.ec2_backend.describe_availability_zones()]
+                raise scarcity.insufficient_capacity(site, zones)
+            self.params["MinCount"] = count if available is None else min(count, available)
+            result = _moto_run_instances(self)
+            scarcity.consume(site, len(cast(Any, result.result).instances))
         _hide_new(self.ec2_backend, result.result, knobs.hide_new_instances_for)
         return result
 
-    return _idempotent(self, "RunInstances", launch, _reservation_ids, _replay_reservation)
+    try:
+        return _idempotent(self, "RunInstances", launch, _reservation_ids, _replay_reservation)
+    except ServerError as error:
+        return _as_server_error(self, error)
 
 
 def _describe_instances(self: Any) -> ActionResult:
@@ -456,18 +582,36 @@ def _describe_instances(self: Any) -> ActionResult:
     return result
 
 
-def _request_spot_instances(self: Any) -> ActionResult:
-    if _knobs_for(self.current_account) is None:
+def _spot_site(backend: Any, instance_type: str, subnet_id: str | None, zone: str | None) -> Site:
+    return Site(instance_type, zone_of(backend, subnet_id, zone), SPOT)
+
+
+def _request_spot_instances(self: Any) -> Any:
+    knobs = _knobs_for(self.current_account)
+    if knobs is None:
         return _moto_request_spot_instances(self)
 
     def launch() -> ActionResult:
         image_id = self._get_param("LaunchSpecification.ImageId")
         _refuse_unknown_image(self.ec2_backend, image_id)
+        site = _spot_site(
+            self.ec2_backend,
+            self._get_param("LaunchSpecification.InstanceType") or "m1.small",
+            self._get_param("LaunchSpecification.SubnetId"),
+            self._get_param("LaunchSpecification.Placement.AvailabilityZone"),
+        )
+        with _STATE_LOCK:
+            code = knobs.scarcity.take_failure(site)
+        if code is not None:
+            raise launch_error(code)
         return _moto_request_spot_instances(self)
 
-    return _idempotent(
-        self, "RequestSpotInstances", launch, _spot_request_ids, _replay_spot_requests
-    )
+    try:
+        return _idempotent(
+            self, "RequestSpotInstances", launch, _spot_request_ids, _replay_spot_requests
+        )
+    except ServerError as error:
+        return _as_server_error(self, error)
 
 
 def _describe_spot_instance_requests(self: Any) -> ActionResult:
@@ -529,7 +673,10 @@ def _spot_request_init(self: Any, ec2_backend: Any, *args: Any, **kwargs: Any) -
     now = utcnow()
     self._dynagent_create_time = now
     self._dynagent_update_time = now
-    if self.instance is None:  # fulfilment is switched off: EC2's "still waiting"
+    if getattr(self, "_dynagent_no_capacity", False):  # a capacity limit ran out
+        message = "There is not enough capacity available for the instances that you requested."
+        _set_status(self, "open", CAPACITY_NOT_AVAILABLE, message, now)
+    elif self.instance is None:  # fulfilment is switched off: EC2's "still waiting"
         message = "Your Spot request is pending fulfillment."
         _set_status(self, "open", PENDING_FULFILLMENT, message, now)
     else:
@@ -539,9 +686,19 @@ def _spot_request_init(self: Any, ec2_backend: Any, *args: Any, **kwargs: Any) -
 
 def _spot_launch_instance(self: Any) -> Any:
     knobs = _knobs_for(self.ec2_backend.account_id)
-    if knobs is not None and not knobs.fulfil_spot_requests:
+    if knobs is None:
+        return _moto_launch_instance(self)
+    if not knobs.fulfil_spot_requests:
         return None
-    return _moto_launch_instance(self)
+    spec = self.launch_specification
+    site = _spot_site(self.ec2_backend, spec.instance_type, spec.subnet_id, spec.availability_zone)
+    with _STATE_LOCK:
+        if knobs.scarcity.available(site) == 0:
+            self._dynagent_no_capacity = True
+            return None
+        instance = _moto_launch_instance(self)
+        knobs.scarcity.consume(site, 1)
+    return instance
 
 
 def _spot_status(self: Any) -> dict[str, Any]:
@@ -572,6 +729,114 @@ def _spot_get_filter_value(self: Any, filter_name: str, method_name: str | None 
     return _moto_spot_get_filter_value(self, filter_name, method_name)
 
 
+def _create_fleet(self: Any) -> Any:
+    """Instant fleets are served by aws_fleet.create_instant_fleet, once per ClientToken;
+    other fleet types go to moto, after EC2's own checks of the request."""
+    knobs = _knobs_for(self.current_account)
+    if knobs is None:
+        return _moto_create_fleet(self)
+    check_fleet_request(self)
+    if self._get_param("Type") != "instant":
+        return _moto_create_fleet(self)
+
+    def launch() -> dict[str, Any]:
+        with _STATE_LOCK:
+            return create_instant_fleet(self, knobs.scarcity)
+
+    return _idempotent_reply(self, "CreateFleet", launch)
+
+
+def _describe_spot_price_history(self: Any) -> ActionResult:
+    """Prices come only from LocalAws.set_spot_price: moto invents 0.00001 for every type
+    offered in a zone (for any filter it does not know, or StartTime, it ignores them)."""
+    knobs = _knobs_for(self.current_account)
+    if knobs is None:
+        return _moto_describe_spot_price_history(self)
+    filters = self._filters_from_querystring() or {}
+    zone = self._get_param("AvailabilityZone")
+    history = knobs.scarcity.price_history(
+        instance_types=list(self._get_param("InstanceTypes") or [])
+        + list(filters.get("instance-type", [])),
+        zones=([zone] if zone else []) + list(filters.get("availability-zone", [])),
+        products=list(self._get_param("ProductDescriptions") or [])
+        + list(filters.get("product-description", [])),
+        start=_param_time(self._get_param("StartTime")),
+        end=_param_time(self._get_param("EndTime")),
+    )
+    return ActionResult({"SpotPriceHistory": history})
+
+
+def _param_time(value: Any) -> datetime | None:
+    if value is None or value == "":
+        return None
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return _naive_utc(when if when.tzinfo else when.replace(tzinfo=UTC))
+
+
+def _create_launch_template(self: Any) -> Any:
+    """Idempotent by ClientToken, as in EC2 (moto answers a retry AlreadyExists, and a
+    token reused for another name creates that template); and the template's own tags
+    (resource type launch-template) stay off its version's LaunchTemplateData, where
+    moto copies them and EC2 does not."""
+    if _knobs_for(self.current_account) is None:
+        return _moto_create_launch_template(self)
+
+    def create() -> dict[str, Any]:
+        result = cast(dict[str, Any], _moto_create_launch_template(self).result)
+        template = self.ec2_backend.get_launch_template(
+            result["LaunchTemplate"]["LaunchTemplateId"]
+        )
+        data = template.default_version().data
+        specs = [
+            spec
+            for spec in data.get("TagSpecifications", [])
+            if spec.get("ResourceType") != "launch-template"
+        ]
+        if specs:
+            data["TagSpecifications"] = specs
+        else:
+            data.pop("TagSpecifications", None)
+        return result
+
+    return _idempotent_reply(self, "CreateLaunchTemplate", create, LAUNCH_TEMPLATE_TOKEN_MAX_CHARS)
+
+
+def _create_launch_template_version(self: Any) -> Any:
+    """Idempotent by ClientToken (moto adds a version per retry), and ``SourceVersion``
+    honoured: the new version inherits every parameter of the source version it does not
+    set itself (moto ignores SourceVersion and keeps only the parameters given)."""
+    if _knobs_for(self.current_account) is None:
+        return _moto_create_launch_template_version(self)
+
+    def create() -> dict[str, Any]:
+        backend = self.ec2_backend
+        source_number = self._get_param("SourceVersion")
+        source: dict[str, Any] = {}
+        if source_number:
+            name, template_id = (
+                self._get_param("LaunchTemplateName"),
+                self._get_param("LaunchTemplateId"),
+            )
+            template = (
+                backend.get_launch_template(template_id)
+                if template_id
+                else backend.get_launch_template_by_name(name)
+            )
+            source = copy.deepcopy(template.get_version(source_number).data)
+        result = cast(dict[str, Any], _moto_create_launch_template_version(self).result)
+        created = result["LaunchTemplateVersion"]
+        if source:
+            template = backend.get_launch_template(created["LaunchTemplateId"])
+            version = template.get_version(created["VersionNumber"])
+            version.data = {**source, **version.data}
+            created["LaunchTemplateData"] = version.data
+        return result
+
+    return _idempotent_reply(
+        self, "CreateLaunchTemplateVersion", create, LAUNCH_TEMPLATE_TOKEN_MAX_CHARS
+    )
+
+
 # (owner, attribute, replacement): each replaces an attribute the owner defines itself.
 # The method wrappers check that the account is a LocalAws's and otherwise call moto's
 # original. The SpotInstanceRequest properties and filter need no check: they differ
@@ -589,6 +854,10 @@ _PATCHES: Final[tuple[tuple[type, str, object], ...]] = (
     (SpotInstanceRequest, "create_time", property(_spot_create_time)),
     (SpotInstanceRequest, "instance_id", property(_spot_instance_id)),
     (SpotInstanceRequest, "get_filter_value", _spot_get_filter_value),
+    (Fleets, "create_fleet", _create_fleet),
+    (SpotInstances, "describe_spot_price_history", _describe_spot_price_history),
+    (LaunchTemplates, "create_launch_template", _create_launch_template),
+    (LaunchTemplates, "create_launch_template_version", _create_launch_template_version),
 )
 _MISSING: Final = object()
 _saved: list[tuple[type, str, object]] = []
@@ -719,8 +988,9 @@ class LocalAws(Service):
             "AWS_EC2_METADATA_DISABLED": "true",  # never wait on an instance-metadata lookup
         }
 
-    def client(self, service: str, region: str | None = None) -> Any:
-        """A new boto3 client for ``service`` on this server, with dummy credentials."""
+    def client(self, service: str, region: str | None = None, config: Any = None) -> Any:
+        """A new boto3 client for ``service`` on this server, with dummy credentials;
+        ``config`` is a ``botocore.config.Config`` (say, to turn off retries of 500s)."""
         with self._session_lock:
             # One session for all clients: it caches the service models, which makes a
             # client per test cheap. Sessions are not thread-safe, hence the lock.
@@ -731,7 +1001,10 @@ class LocalAws(Service):
                     region_name=self._region,
                 )
             return self._session.client(
-                service, endpoint_url=self.endpoint_url, region_name=region or self._region
+                service,
+                endpoint_url=self.endpoint_url,
+                region_name=region or self._region,
+                config=config,
             )
 
     # -- state --------------------------------------------------------------------
@@ -757,6 +1030,8 @@ class LocalAws(Service):
                 service.pop(self._account_id, None)
         self._knobs.fulfil_spot_requests = self._defaults.fulfil_spot_requests
         self._knobs.hide_new_instances_for = self._defaults.hide_new_instances_for
+        with _STATE_LOCK:
+            self._knobs.scarcity.clear()
 
     # -- knobs ----------------------------------------------------------------------
 
@@ -778,6 +1053,66 @@ class LocalAws(Service):
         if describes < 0:
             raise ValueError("describes must be >= 0")
         self._knobs.hide_new_instances_for = describes
+
+    def limit_capacity(
+        self,
+        instance_type: str,
+        zone: str | None = None,
+        purchase: str | None = None,
+        count: int = 0,
+    ) -> None:
+        """From now on at most ``count`` more instances of ``instance_type`` can launch in
+        ``zone`` as ``purchase`` ("spot" or "on-demand"); None matches any zone or
+        purchase option. Every launched instance uses one unit of each limit it matches;
+        limits add up (the smallest one left wins). RunInstances then launches what is
+        left if that is at least MinCount, else fails InsufficientInstanceCapacity (HTTP
+        500, which boto3 retries); a new spot request stays open, capacity-not-available;
+        CreateFleet reports the pool in Errors and moves on. The zone of a launch is its
+        subnet's, else the one asked for, else the region's first (us-west-2a)."""
+        check_purchase(purchase)
+        if count < 0:
+            raise ValueError("count must be >= 0")
+        with _STATE_LOCK:
+            self._knobs.scarcity.limit(instance_type, zone, purchase, count)
+
+    def clear_capacity_limits(self) -> None:
+        """Unlimited capacity again (also what reset() does)."""
+        with _STATE_LOCK:
+            self._knobs.scarcity.limits.clear()
+
+    def fail_next_launch(
+        self,
+        instance_type: str,
+        code: str,
+        zone: str | None = None,
+        purchase: str | None = None,
+    ) -> None:
+        """The next launch matching (type, zone, purchase; None = any) fails once with EC2
+        error ``code`` (e.g. VcpuLimitExceeded, MaxSpotInstanceCountExceeded,
+        SpotMaxPriceTooLow, Unsupported): as the API error of RunInstances or
+        RequestSpotInstances, as an Errors entry of CreateFleet. InsufficientInstanceCapacity
+        and the other server errors come as HTTP 500, the rest as 400."""
+        check_purchase(purchase)
+        with _STATE_LOCK:
+            self._knobs.scarcity.fail_next(instance_type, code, zone, purchase)
+
+    def set_spot_price(
+        self, instance_type: str, zone: str, price: float, *, at: datetime | None = None
+    ) -> None:
+        """Record a spot price change for (type, zone) at ``at`` (timezone-aware; default
+        now). DescribeSpotPriceHistory serves only these; CreateFleet's price-ordered spot
+        strategies rank pools by the latest one per unit of weight."""
+        when = _naive_utc(at) if at is not None else utcnow()
+        with _STATE_LOCK:
+            self._knobs.scarcity.spot_prices.setdefault((instance_type, zone), []).append(
+                (when, float(price))
+            )
+
+    def set_on_demand_price(self, instance_type: str, price: float) -> None:
+        """An on-demand price (per hour), for CreateFleet's on-demand ``lowest-price``
+        order; EC2 has no API for it here (it is the Pricing API's), so no action serves it."""
+        with _STATE_LOCK:
+            self._knobs.scarcity.on_demand_prices[instance_type] = float(price)
 
     def fulfil_spot_request(self, request_id: str) -> str:
         """Fulfil an open spot request now, as EC2 eventually would; returns the instance id."""
