@@ -124,6 +124,40 @@ def scenarios(aws: LocalAws, size: int) -> dict[str, Any]:
     return results
 
 
+OFFERED_TYPES = ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]
+
+
+def offerings_config(image: str, subnets: list[str], types: list[str]) -> Config:
+    provider = {
+        "type": "aws",
+        "region": "us-west-2",
+        "image_id": image,
+        "instance_type": types[-1],
+        "max_instances": 100,
+        "tag_key": TAG_KEY,
+        "tag_value": TAG_VALUE,
+        "offerings": {"instance_types": types, "subnet_ids": subnets},
+    }
+    return config_from_document({"resource_pools": [{"pool_name": "a100", "provider": provider}]})
+
+
+def fallback(aws: LocalAws) -> dict[str, Any]:
+    """One reconcile of a pool whose cheapest type has no capacity in any subnet, beside
+    a pool of one offering: launch calls per offering tried, describes per pass."""
+    aws.reset()
+    ec2, image = aws.client("ec2"), aws.image_id()
+    now = datetime.now(UTC).replace(microsecond=0)
+    subnets = [s["SubnetId"] for s in ec2.describe_subnets()["Subnets"]][:2]
+    state = Snapshot(pool="a100", seq=1, time=now, pending=(PendingTask(task="trial-0", slots=1),))
+    results = {}
+    for name, types in (("one_offering", OFFERED_TYPES[1:2]), ("six_offerings", OFFERED_TYPES)):
+        aws.reset()
+        aws.limit_capacity("p3.2xlarge", count=0)
+        config = offerings_config(image, subnets, types)
+        results[name] = count_calls(aws, config, state, now)
+    return results
+
+
 def run() -> dict[str, Any]:
     fleets: dict[str, Any] = {}
     with LocalAws() as aws:
@@ -131,6 +165,9 @@ def run() -> dict[str, Any]:
             fleets[str(size)] = found = scenarios(aws, size)
             for name, result in found.items():
                 print(f"  {size:>5,} instances, {name:<14} {result['calls']}", flush=True)
+        offered = fallback(aws)
+        for name, result in offered.items():
+            print(f"  scale-up of 1, {name:<14} {result['calls']}", flush=True)
     steady = fleets["1000"]
     writes = {"RunInstances", "TerminateInstances", "CreateTags", "DeleteTags"}
     met = (
@@ -139,9 +176,20 @@ def run() -> dict[str, Any]:
         == {"DescribeInstances": 1, "DescribeSpotInstanceRequests": 1}
         and not writes & set(steady["steady"]["calls"])
     )
+    six = offered["six_offerings"]["calls"]
+    one = offered["one_offering"]["calls"]
+    fallback_met = (
+        six.get("CreateFleet") == 3  # p3.2xlarge in each subnet, then p3.8xlarge
+        and six.get("DescribeInstances") == one.get("DescribeInstances")
+        and offered["six_offerings"]["launched"] == 1
+    )
     return {
         "fleets": fleets,
+        "offerings": offered,
         "targets": {
+            "fallback": "with the cheapest type out in both subnets, one CreateFleet per "
+            "offering tried and as many DescribeInstances as a pool of one offering",
+            "fallback_met": fallback_met,
             "steady_1000": "one DescribeInstances page (plus one spot-request page with spot "
             "on) and no writes",
             "steady_1000_met": met,

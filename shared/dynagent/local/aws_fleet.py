@@ -29,6 +29,8 @@ from moto.ec2.utils import (
     random_fleet_id,
 )
 
+from dynagent.gpus import AWS_GPUS_PER_INSTANCE
+
 SPOT: Final = "spot"
 ON_DEMAND: Final = "on-demand"
 PURCHASES: Final = (SPOT, ON_DEMAND)
@@ -52,11 +54,13 @@ _MESSAGES: Final = {
 _NO_SPOT_CAPACITY: Final = "There is no Spot capacity available that matches your request."
 
 # Every instance type moto knows in any region: a name outside it is not an EC2 type.
+# moto's offering data leaves out the P3 family, which EC2 still sells (and GPU pools
+# use): the types of dynagent's GPU table count as known too.
 _KNOWN_TYPES: Final = frozenset(
     offering["InstanceType"]
     for offerings in INSTANCE_TYPE_OFFERINGS["region"].values()
     for offering in offerings
-)
+) | frozenset(AWS_GPUS_PER_INSTANCE)
 
 
 class Site(NamedTuple):
