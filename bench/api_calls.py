@@ -97,7 +97,7 @@ def count_calls(aws: LocalAws, config: Config, state: Snapshot, now: datetime) -
     return {
         "calls": dict(sorted(calls.items())),
         "total": sum(calls.values()),
-        "launched": len(plan.launches) if plan else 0,
+        "launched": len(outcome.launch.started) if outcome.launch else 0,
         "terminated": len(plan.terminations) if plan else 0,
     }
 
@@ -144,14 +144,13 @@ def offerings_config(image: str, subnets: list[str], types: list[str]) -> Config
 def fallback(aws: LocalAws) -> dict[str, Any]:
     """One reconcile of a pool whose cheapest type has no capacity in any subnet, beside
     a pool of one offering: launch calls per offering tried, describes per pass."""
-    aws.reset()
     ec2, image = aws.client("ec2"), aws.image_id()
     now = datetime.now(UTC).replace(microsecond=0)
-    subnets = [s["SubnetId"] for s in ec2.describe_subnets()["Subnets"]][:2]
     state = Snapshot(pool="a100", seq=1, time=now, pending=(PendingTask(task="trial-0", slots=1),))
     results = {}
     for name, types in (("one_offering", OFFERED_TYPES[1:2]), ("six_offerings", OFFERED_TYPES)):
-        aws.reset()
+        aws.reset()  # a reset makes the default subnets anew
+        subnets = [s["SubnetId"] for s in ec2.describe_subnets()["Subnets"]][:2]
         aws.limit_capacity("p3.2xlarge", count=0)
         config = offerings_config(image, subnets, types)
         results[name] = count_calls(aws, config, state, now)
@@ -182,6 +181,7 @@ def run() -> dict[str, Any]:
         six.get("CreateFleet") == 3  # p3.2xlarge in each subnet, then p3.8xlarge
         and six.get("DescribeInstances") == one.get("DescribeInstances")
         and offered["six_offerings"]["launched"] == 1
+        and offered["one_offering"]["launched"] == 1
     )
     return {
         "fleets": fleets,
