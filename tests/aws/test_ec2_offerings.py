@@ -151,3 +151,19 @@ def test_describes_do_not_grow_with_offerings_and_spot_prices_are_read_once(
     catalog = provider.config.catalog(fleet.spot_prices)
     assert len(catalog.offerings) == 18  # 3 types x 3 subnets x 2 purchase options
     assert catalog.shapes()[0].price == 0.5
+
+
+def test_a_subnet_of_another_region_is_named_as_a_config_mistake(aws: LocalAws, ec2: Any) -> None:
+    # A subnet id says nothing of its region, so the config loads; EC2's answer is
+    # turned into the pool and field to fix, and is not taken for a capacity problem.
+    provider = offerings_provider(
+        ec2, WarmState(), instance_types=["p3.2xlarge"], subnet_ids=["subnet-0123456789abcdef0"]
+    )
+    outcome = reconcile(provider.pool, provider, demand(1, 1), now())
+
+    assert outcome.launch is not None and outcome.launch.error is not None
+    assert outcome.launch.error.startswith(
+        "pool 'a100': offerings.subnet_ids: 'subnet-0123456789abcdef0' is not a subnet of "
+        "region us-west-2"
+    )
+    assert outcome.launch.unavailable == ()

@@ -238,8 +238,23 @@ class FleetLauncher:
             if code in CAPACITY_ERRORS:
                 return Attempt(out_of_capacity=True)
             message = error.response.get("Error", {}).get("Message", "")
-            return Attempt(error=f"{code}: {message}")
-        return _attempt(response, count)
+            return Attempt(error=self._explain(code, f"{code}: {message}", offering))
+        attempt = _attempt(response, count)
+        if attempt.error is not None:
+            code = attempt.error.split(":", 1)[0]
+            return Attempt(attempt.started, error=self._explain(code, attempt.error, offering))
+        return attempt
+
+    def _explain(self, code: str, error: str, offering: Offering) -> str:
+        """Name the config field behind an error the config can cause: a subnet EC2 does
+        not know in this region is a mistake in offerings.subnet_ids, not a capacity
+        problem (the config cannot tell a subnet's region when it loads)."""
+        if code.startswith("InvalidSubnetID"):
+            return (
+                f"pool {self.pool!r}: offerings.subnet_ids: {offering.zone!r} is not a subnet "
+                f"of region {self.config.region} ({error})"
+            )
+        return error
 
 
 def _attempt(response: dict[str, Any], count: int) -> Attempt:
