@@ -10,7 +10,6 @@ pool's offerings in preference order, less those the cloud recently had no capac
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -122,6 +121,3 @@ class Catalog:
             )
             found = self._fallbacks[shape] = (*own, *larger)
         return found
-
-    def without(self, keys: Iterable[str]) -> Catalog:
-        return Catalog(self.offerings, self.unavailable | frozenset(keys))
