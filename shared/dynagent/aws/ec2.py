@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from dynagent.config import AwsProvider, Pool, Settings
 from dynagent.fallback import launch_with_fallback
 from dynagent.fleet import Fleet, Instance, RequestState, SpotRequest
+from dynagent.offerings import Purchase
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 from dynagent.provider import LaunchResult
 from dynagent.userdata import agent_startup_script
@@ -115,7 +116,7 @@ class Ec2Provider:
         """Spot prices of the pool's types, read at most once an hour by a warm function,
         and only for types whose spot price the config does not give."""
         spec = self.config.offerings
-        if spec is None or "spot" not in (spec.purchase or ("spot" if self.config.spot else ())):
+        if spec is None or Purchase.SPOT not in self.config.purchases:
             return {}
         wanted = tuple(t for t in spec.instance_types if f"{t}/spot" not in spec.prices)
         if not wanted:

@@ -57,7 +57,6 @@ class _Seen:
 
     labels: dict[str, str]
     fingerprint: str
-    zone: str
 
 
 class GceProvider:
@@ -88,6 +87,8 @@ class GceProvider:
         # Offerings Compute Engine recently had no capacity for; a warm function keeps it.
         self.memory = memory if memory is not None else CapacityMemory()
         self._seen: dict[str, _Seen] = {}
+        # Each VM's zone, from the last listing or the insert that made it.
+        self._zones: dict[str, str] = {}
         offerings = self.config.offerings
         self.zones = (
             tuple(offerings.zones) if offerings and offerings.zones else (self.config.zone,)
@@ -95,14 +96,13 @@ class GceProvider:
 
     def _where(self, name: str | None = None) -> dict[str, str]:
         """Project and zone of a VM (the pool's zone for one not listed yet)."""
-        seen = self._seen.get(name) if name else None
-        zone = seen.zone if seen else self.config.zone
+        zone = self._zones.get(name, self.config.zone) if name else self.config.zone
         return {"project": self.config.project, "zone": zone}
 
     # Observe
 
     def observe(self) -> Fleet:
-        self._seen = {}
+        self._seen, self._zones = {}, {}
         instances = tuple(self._list())
         if self.config.offerings is None:
             return Fleet(instances=instances)
@@ -136,7 +136,8 @@ class GceProvider:
         state = gce_labels.INSTANCE_STATES.get(item.status)
         if state is None or not gce_labels.is_managed(labels, self.config, self.pool.name):
             return
-        self._seen[item.name] = _Seen(labels, item.label_fingerprint, zone)
+        self._seen[item.name] = _Seen(labels, item.label_fingerprint)
+        self._zones[item.name] = zone
         scheduling = item.scheduling
         yield Instance(
             id=item.name,
@@ -202,7 +203,7 @@ class GceProvider:
                 resource = compute_v1.Instance.from_json(json.dumps(body))
             except ParseError as error:  # a field base_config names that the API lacks
                 return {}, set(), [f"base_config: {error}"]
-            self._seen.setdefault(name, _Seen({}, "", zone))
+            self._zones[name] = zone
             request = compute_v1.InsertInstanceRequest(
                 project=self.config.project,
                 zone=zone,
@@ -229,7 +230,7 @@ class GceProvider:
             if problem:
                 errors[name] = problem
                 del operations[name]
-                self._seen.pop(name, None)
+                self._zones.pop(name, None)
         return errors
 
     def _finish(self, operation: str, deadline: datetime, where: dict[str, str]) -> str | None:
@@ -319,7 +320,7 @@ class GceProvider:
     def _read(self, name: str) -> _Seen:
         where = self._where(name)
         item = self.instances.get(**where, instance=name)
-        return _Seen(dict(item.labels), item.label_fingerprint, where["zone"])
+        return _Seen(dict(item.labels), item.label_fingerprint)
 
 
 def _codes(problem: str) -> set[str]:

@@ -106,6 +106,16 @@ def check_purchase(purchase: str | None) -> None:
         raise ValueError(f"purchase must be one of {PURCHASES} or None, got {purchase!r}")
 
 
+def _matches(instance_type: str, zone: str | None, purchase: str | None, site: Site) -> bool:
+    """Whether a limit or an injected error for (type, zone, purchase) applies to a launch
+    at ``site``; None matches any zone or purchase."""
+    return (
+        instance_type == site.instance_type
+        and zone in (None, site.zone)
+        and purchase in (None, site.purchase)
+    )
+
+
 @dataclass
 class _Limit:
     instance_type: str
@@ -114,11 +124,7 @@ class _Limit:
     left: int
 
     def matches(self, site: Site) -> bool:
-        return (
-            self.instance_type == site.instance_type
-            and self.zone in (None, site.zone)
-            and self.purchase in (None, site.purchase)
-        )
+        return _matches(self.instance_type, self.zone, self.purchase, site)
 
 
 @dataclass(frozen=True)
@@ -129,11 +135,7 @@ class _Failure:
     code: str
 
     def matches(self, site: Site) -> bool:
-        return (
-            self.instance_type == site.instance_type
-            and self.zone in (None, site.zone)
-            and self.purchase in (None, site.purchase)
-        )
+        return _matches(self.instance_type, self.zone, self.purchase, site)
 
 
 @dataclass

@@ -116,6 +116,12 @@ class AwsProvider(ProvisionerFields):
             return [f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose"]
         return []
 
+    @property
+    def purchases(self) -> tuple[Purchase, ...]:
+        """How the pool buys, in preference order: ``offerings.purchase``, else by ``spot``."""
+        listed = self.offerings.purchase if self.offerings else None
+        return tuple(Purchase(p) for p in listed or ("spot" if self.spot else "on-demand",))
+
     def catalog(
         self, spot_prices: dict[str, float] | None = None, unavailable: frozenset[str] = frozenset()
     ) -> Catalog:
@@ -130,7 +136,7 @@ class AwsProvider(ProvisionerFields):
             only = Offering(self.instance_type, self.slots_per_instance, price, zone, purchase)
             return Catalog((only,), unavailable)
         spec = self.offerings
-        purchases = [Purchase(p) for p in spec.purchase or ("spot" if self.spot else "on-demand",)]
+        purchases = self.purchases
         zones = spec.subnet_ids or (self.network_interface.subnet_id or "",)
         found = []
         for instance_type in spec.instance_types:
