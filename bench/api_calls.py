@@ -26,9 +26,9 @@ from dynagent.aws.ec2 import Ec2Provider
 from dynagent.aws.tags import MARK_TAGS, POOL_TAG, format_time
 from dynagent.config import Config, config_from_document
 from dynagent.fleet import Mark
-from dynagent.local.aws import LocalAws
 from dynagent.reconcile import reconcile
 from dynagent.snapshot import Agent, PendingTask, Snapshot
+from dynagent.testing.aws import LocalAws
 
 FLEETS = (100, 1_000)
 CHANGE = 50

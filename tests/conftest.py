@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from dynagent.local.aws import LocalAws
+    from dynagent.testing.aws import LocalAws
 
 
 @pytest.fixture(scope="session")
 def local_aws() -> Iterator[LocalAws]:
-    from dynagent.local.aws import LocalAws
+    from dynagent.testing.aws import LocalAws
 
     with LocalAws() as server:
         yield server

@@ -37,7 +37,7 @@ def build_function(source: Path, artifacts: Path, config: Path) -> None:
         shutil.rmtree(target)
     # The other cloud's adapter, the local clouds, the demo and the simulator never run
     # in a Lambda: leave them out of the package.
-    unused = ("gcp", "local", "demo", "simulate")
+    unused = ("gcp", "testing", "demo", "simulate")
     shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *unused))
     shutil.copy2(config, artifacts / CONFIG_NAME)
     print(f"build.py: {', '.join(h.name for h in handlers)} + dynagent + {config} -> {artifacts}")

@@ -10,8 +10,8 @@ import yaml
 
 from dynagent.aws.sqs import SqsPublisher
 from dynagent.config import Config, config_from_document
-from dynagent.local.event_source import queue_arn, sqs_event
 from dynagent.snapshot import Snapshot
+from dynagent.testing.event_source import queue_arn, sqs_event
 
 REGION = "us-west-2"
 FIFO = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}

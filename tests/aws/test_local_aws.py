@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dynagent.local.aws import LocalAws
+from dynagent.testing.aws import LocalAws
 
 TAGS = [{"ResourceType": "instance", "Tags": [{"Key": "pool", "Value": "a100"}]}]
 SPOT_TAGS = [{"ResourceType": "spot-instances-request", "Tags": [{"Key": "pool", "Value": "a100"}]}]

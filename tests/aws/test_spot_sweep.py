@@ -6,8 +6,8 @@ from datetime import timedelta
 from typing import Any
 
 from dynagent.aws.ec2 import Ec2Provider
-from dynagent.local.aws import LocalAws
 from dynagent.reconcile import sweep
+from dynagent.testing.aws import LocalAws
 
 from .helpers import config, image_id, managed_instances, now, pool_document
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from dynagent.local import pubsub
-from dynagent.local.pubsub import PubSubEmulator
+from dynagent.testing import pubsub
+from dynagent.testing.pubsub import PubSubEmulator
 
 REQUIRE_ENV = "DYNAGENT_REQUIRE_EMULATORS"
 

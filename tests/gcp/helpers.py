@@ -7,7 +7,7 @@ from typing import Any
 from dynagent.config import Config
 from dynagent.fallback import CapacityMemory
 from dynagent.gcp.compute import GceProvider
-from dynagent.local.gce import LocalCompute
+from dynagent.testing.gce import LocalCompute
 
 from ..aws.helpers import config, now, snapshot
 

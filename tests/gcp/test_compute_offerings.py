@@ -7,9 +7,9 @@ from dynagent.decide import decide
 from dynagent.fallback import CapacityMemory
 from dynagent.fleet import Fleet
 from dynagent.gcp.compute import GceProvider
-from dynagent.local.gce import LocalCompute
 from dynagent.plan import Termination
 from dynagent.snapshot import PendingTask, Snapshot
+from dynagent.testing.gce import LocalCompute
 
 from .helpers import managed, now, provider_for
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 
 from dynagent.fleet import InstanceState, Mark
-from dynagent.local.gce import LocalCompute
 from dynagent.plan import Launch, MarkWrite, Plan, Termination
 from dynagent.reconcile import reconcile
+from dynagent.testing.gce import LocalCompute
 
 from .helpers import ZONE, config, gcp_pool_document, managed, now, provider_for, snapshot
 

@@ -15,10 +15,10 @@ import yaml
 
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.pubsub import PubSubPublisher
-from dynagent.local.functions_server import FunctionServer
-from dynagent.local.gce import LocalCompute
-from dynagent.local.pubsub import PubSubEmulator
-from dynagent.local.pubsub_events import message_event
+from dynagent.testing.functions_server import FunctionServer
+from dynagent.testing.gce import LocalCompute
+from dynagent.testing.pubsub import PubSubEmulator
+from dynagent.testing.pubsub_events import message_event
 
 from . import emulators
 from .helpers import config, gcp_pool_document, managed, now, snapshot

@@ -9,10 +9,10 @@ from dynagent.aws.ec2 import Ec2Provider
 from dynagent.config import Config, Pool
 from dynagent.fleet import Mark
 from dynagent.gcp.compute import GceProvider
-from dynagent.local.aws import LocalAws
-from dynagent.local.gce import LocalCompute
 from dynagent.plan import Launch, MarkWrite, Plan
 from dynagent.provider import Provider
+from dynagent.testing.aws import LocalAws
+from dynagent.testing.gce import LocalCompute
 
 from ..aws.helpers import config, image_id, pool_document
 from ..gcp.helpers import gcp_pool_document

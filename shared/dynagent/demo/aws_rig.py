@@ -12,9 +12,9 @@ from dynagent.aws.tags import LAUNCH_KEY_TAG, MARK_TAGS, POOL_TAG
 from dynagent.config import Config
 from dynagent.demo.rig import FleetRow
 from dynagent.fleet import Mark
-from dynagent.local.aws import LocalAws
-from dynagent.local.event_source import deliver_once
 from dynagent.snapshot import Snapshot
+from dynagent.testing.aws import LocalAws
+from dynagent.testing.event_source import deliver_once
 
 _FIFO = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
 

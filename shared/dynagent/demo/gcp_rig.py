@@ -12,15 +12,16 @@ from datetime import datetime
 from typing import Any
 
 from dynagent.config import Config
+from dynagent.demo.pools import demo_config
 from dynagent.demo.rig import FleetRow
 from dynagent.fleet import Mark
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import LAUNCH_KEY_LABEL, MARK_LABELS, POOL_LABEL, parse_time
 from dynagent.gcp.pubsub import REASON_ATTRIBUTE, PubSubPublisher
-from dynagent.local.gce import LocalCompute
-from dynagent.local.pubsub import PubSubEmulator
-from dynagent.local.pubsub_events import deliver_pulled
 from dynagent.snapshot import Snapshot
+from dynagent.testing.gce import LocalCompute
+from dynagent.testing.pubsub import PubSubEmulator
+from dynagent.testing.pubsub_events import deliver_pulled
 
 TOPIC, DEAD_LETTER_TOPIC = "dynagent-snapshots", "dynagent-dead-letters"
 
@@ -28,8 +29,6 @@ TOPIC, DEAD_LETTER_TOPIC = "dynagent-snapshots", "dynagent-dead-letters"
 @contextmanager
 def gcp_rig(clock: Callable[[], datetime], logger: Any) -> Iterator[GcpRig]:
     """Start the Compute fake and the Pub/Sub emulator; stop both however the demo ends."""
-    from dynagent.demo.run import demo_config
-
     with LocalCompute() as compute, PubSubEmulator() as pubsub:
         config = demo_config("gcp", PROJECT=compute.project)
         yield GcpRig(compute, pubsub, config, clock, logger)

@@ -14,11 +14,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from typing import Any, TextIO
 
-from dynagent.config import Config, parse_config
 from dynagent.demo.master import Master, Task
+from dynagent.demo.pools import demo_config
 from dynagent.demo.rig import FleetRow, Rig
 
 TICK = timedelta(seconds=30)
@@ -204,14 +203,6 @@ class VirtualClock:
     now: datetime = START
 
 
-def demo_config(cloud: str, **placeholders: str) -> Config:
-    name = "pool.yaml" if cloud == "aws" else f"pool-{cloud}.yaml"
-    text = resources.files("dynagent.demo").joinpath(name).read_text()
-    for key, value in placeholders.items():
-        text = text.replace(key, value)
-    return parse_config(text, source=f"demo {name}")
-
-
 def run_demo(quiet: bool = False, out: TextIO = sys.stdout, cloud: str = "aws") -> int:
     clock = VirtualClock()
     timeline = Timeline(out, lambda: clock.now, quiet)
@@ -234,7 +225,7 @@ def _rig(cloud: str, clock: VirtualClock, timeline: Timeline) -> Iterator[Rig]:
     """Start the local cloud, and stop everything it started however the demo ends."""
     if cloud == "aws":
         from dynagent.demo.aws_rig import AwsRig
-        from dynagent.local.aws import LocalAws
+        from dynagent.testing.aws import LocalAws
 
         with LocalAws() as aws:
             config = demo_config("aws", IMAGE_ID=aws.image_id())

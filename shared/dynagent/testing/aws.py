@@ -101,7 +101,7 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 
-from dynagent.local.aws_fleet import (
+from dynagent.testing.aws_fleet import (
     ON_DEMAND,
     SPOT,
     Scarcity,
@@ -113,7 +113,7 @@ from dynagent.local.aws_fleet import (
     launch_error,
     zone_of,
 )
-from dynagent.local.loopback import LOOPBACK, CallLog, LoopbackServer, QuietHandler, Service
+from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, QuietHandler, Service
 
 DEFAULT_REGION: Final = "us-west-2"
 DUMMY_ACCESS_KEY_ID: Final = "testing"

@@ -113,7 +113,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from dynagent.local.loopback import LOOPBACK, CallLog, LoopbackServer, Service
+from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Final, Self
 
-from dynagent.local.functions_server import ServerProcess, free_port
-from dynagent.local.loopback import LOOPBACK, Service
+from dynagent.testing.functions_server import ServerProcess, free_port
+from dynagent.testing.loopback import LOOPBACK, Service
 
 DEFAULT_PROJECT: Final = "dynagent-local"
 EMULATOR_HOST_ENV: Final = "PUBSUB_EMULATOR_HOST"

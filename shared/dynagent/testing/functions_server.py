@@ -3,7 +3,7 @@
 ``FunctionServer`` runs ``functions-framework --target NAME --source FILE`` on 127.0.0.1
 and a free port, with the environment it is given, the way Cloud Run functions runs the
 same code: one process, its own HTTP server. A Pub/Sub push subscription (the emulator's,
-see ``dynagent.local.pubsub``) pointed at ``push_endpoint(topic)`` delivers messages to
+see ``dynagent.testing.pubsub``) pointed at ``push_endpoint(topic)`` delivers messages to
 it as Pub/Sub pushes to Cloud Run do; functions-framework turns a raw push body into the
 ``messagePublished`` CloudEvent a cloudevent function takes.
 
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Self
 
-from dynagent.local.loopback import LOOPBACK, Service
+from dynagent.testing.loopback import LOOPBACK, Service
 
 # Polling period while waiting for a server to answer or a process group to empty.
 _POLL_SECONDS: Final = 0.05
