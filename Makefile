@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-gcp test lint typecheck unit bench sam clean
+.PHONY: demo demo-gcp test lint typecheck unit bench reliability sam clean
 
 # The project's virtual environment, rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -62,3 +62,9 @@ BENCH_OUT ?= bench/results.json
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py $(BENCH_OUT)
+	$(BIN)/python -m tests.reliability --long
+
+# `make reliability`: load and faults against the local clouds (tests/reliability), one
+# table of figures; exits 1 if any is off its target. `make test` runs its short form.
+reliability: $(STAMP)
+	$(BIN)/python -m tests.reliability
