@@ -62,6 +62,7 @@ class _Context:
     cancellations: dict[str, str] = field(default_factory=dict)
     adoptions: list[Adoption] = field(default_factory=list)
     kept_count: int = 0
+    unmatched: list[str] = field(default_factory=list)
     # Each instance's agent, in fleet order (None: not connected), looked up once.
     connected: list[Agent | None] = field(init=False)
     # When the snapshot saw what it says (never later than now).
@@ -79,8 +80,25 @@ class _Context:
             self.agents = {agent.id: agent for agent in self.snapshot.agents}
         # map and count loop in C: they touch every instance.
         self.connected = list(map(self.agents.get, map(_ID, instances)))
+        if self.snapshot and len(self.agents) > len(self.connected) - self.connected.count(None):
+            self._match_hostnames()
         states = list(map(_STATE, instances))
         self.kept_count = states.count(InstanceState.STARTING) + states.count(InstanceState.RUNNING)
+
+    def _match_hostnames(self) -> None:
+        """Agents named by an instance's hostname instead of its id: keyed by the id from
+        here on; the ones matching no instance are reported in the plan."""
+        by_alias = {a: i for i, inst in enumerate(self.fleet.instances) for a in inst.aliases}
+        matched = {agent.id for agent in self.connected if agent is not None}
+        for agent_id, agent in list(self.agents.items()):
+            if agent_id in matched:
+                continue
+            index = by_alias.get(agent_id)
+            if index is not None and self.connected[index] is None:
+                instance_id = self.fleet.instances[index].id
+                self.connected[index] = self.agents[instance_id] = agent
+            else:
+                self.unmatched.append(agent_id)
 
     @functools.cached_property
     def by_id(self) -> dict[str, Instance]:
@@ -170,6 +188,7 @@ def decide(
         marks=_mark_writes(ctx, survey.marks + _still_wanted(ctx, counted_on)),
         unschedulable=tuple(demand.unschedulable),
         waiting=tuple(f"{task.task} ({task.slots} slots): {why}" for task, why in demand.waiting),
+        unmatched_agents=tuple(sorted(ctx.unmatched)),
     )
 
 

@@ -56,6 +56,9 @@ class Instance:
     instance_type: str = ""
     zone: str = ""
     spot: bool = False
+    # Other names its agent may have registered under: its hostnames (EC2's private DNS
+    # name and its first label), for an agent started without DET_AGENT_ID.
+    aliases: tuple[str, ...] = ()
 
     @property
     def live(self) -> bool:

@@ -92,6 +92,9 @@ class Plan:
     unschedulable: tuple[Unschedulable, ...] = ()
     # Demand left unmet for now (the pool is at max_instances), said for the log.
     waiting: tuple[str, ...] = ()
+    # Agents of the snapshot that match no managed instance by id or hostname: static
+    # agents, or dynamic ones whose DET_AGENT_ID is not their instance's id.
+    unmatched_agents: tuple[str, ...] = ()
 
     @property
     def changes_nothing(self) -> bool:
@@ -115,4 +118,9 @@ class Plan:
             f"unschedulable {u.task} ({u.slots} slots): {u.reason}" for u in self.unschedulable
         ]
         lines += [f"waiting: {note}" for note in self.waiting]
+        if self.unmatched_agents:
+            lines.append(
+                "agents matching no managed instance (left alone): "
+                + ", ".join(self.unmatched_agents)
+            )
         return lines

@@ -51,6 +51,8 @@ class Outcome:
                 {"task": u.task, "slots": u.slots, "reason": u.reason}
                 for u in self.plan.unschedulable
             ]
+            if self.plan.unmatched_agents:
+                summary["unmatched_agents"] = list(self.plan.unmatched_agents)
         if self.launch is not None:
             summary["launched"] = list(self.launch.started)
             if self.launch.error:

@@ -186,6 +186,7 @@ class Ec2Provider:
                             instance_type=item.get("InstanceType", ""),
                             zone=item.get("SubnetId", ""),
                             spot=item.get("InstanceLifecycle") == "spot",
+                            aliases=_hostnames(item.get("PrivateDnsName", "")),
                         )
 
     def _spot_requests(self) -> Iterator[SpotRequest]:
@@ -452,6 +453,14 @@ class Ec2Provider:
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 _ALL_STATES = [*_LIVE_STATES, "shutting-down", "terminated"]
+
+
+def _hostnames(private_dns_name: str) -> tuple[str, ...]:
+    """``ip-10-0-0-5.us-west-2.compute.internal`` and ``ip-10-0-0-5``: what an agent
+    started without DET_AGENT_ID registers as (its container's hostname)."""
+    if not private_dns_name:
+        return ()
+    return (private_dns_name, private_dns_name.split(".", 1)[0])
 
 
 def _spot_request(item: dict[str, Any]) -> SpotRequest | None:
