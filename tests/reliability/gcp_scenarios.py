@@ -8,7 +8,11 @@ clock (tests/reliability/gcp_rig.py). Faults are injected only at the doubles; w
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
 
 from tests.reliability.clouds import Clouds
 from tests.reliability.figures import Figures, Mode, Scenario
@@ -67,6 +71,141 @@ def r1_duplicates(clouds: Clouds, mode: Mode) -> Figures:
     return figures
 
 
+# R3: one pool whose demand stays one VM; bad messages among its snapshots.
+R3_POOL = "p1"
+R3_GOOD_TASKS = [(f"{R3_POOL}-task-1", GPUS)]
+# Pub/Sub's limit is 10,000,000 bytes per publish request; these bodies come within a
+# hundred bytes of it (the topic and ordering key take the rest).
+NEAR_LIMIT = 10_000_000 - 100
+NESTING = 100_000
+
+
+def _good(number: int, when: datetime, **fields: Any) -> dict[str, Any]:
+    document = json.loads(
+        snapshot(number, pool=R3_POOL, pending=R3_GOOD_TASKS, time=when).to_json()
+    )
+    document.update(fields)
+    return document
+
+
+def _bad_fields(rng: random.Random) -> dict[str, Any]:
+    """One field of a snapshot given a value no reading of the contract accepts."""
+    choices: dict[str, list[Any]] = {
+        "seq": ["abc", -1, 1.5, [], {}, None],
+        "pool": [5, "", [], None],
+        "time": ["yesterday", "", [], "2026-01-01T00:00:00"],  # the last has no zone
+        "pending": [
+            "x",
+            {"a": 1},
+            [1],
+            [{"task": "", "slots": GPUS}],
+            [{"task": "t", "slots": -1}],
+            [{"task": "t", "slots": "four"}],
+        ],
+        "agents": [
+            ["x"],
+            [{"id": "a", "slots": 1, "used_slots": 2}],
+            [{"id": "", "slots": 1, "used_slots": 0}],
+            [{"id": "a", "slots": -4, "used_slots": 0}],
+        ],
+        "type": ["other", None, 1],
+        "version": [2, "1", None],
+    }
+    name = rng.choice(sorted(choices))
+    return {name: rng.choice(choices[name])}
+
+
+def r3_messages(
+    rng: random.Random, when: datetime, count: int, big: int
+) -> Iterator[tuple[bytes, str]]:
+    """(body, what should become of it): seeded, so a run can be repeated exactly."""
+    seq = 0
+
+    def good(**fields: Any) -> bytes:
+        nonlocal seq
+        seq += 1
+        return json.dumps(_good(seq, when, **fields)).encode()
+
+    for _ in range(big):  # the large ones, good and bad
+        padding = "x" * (NEAR_LIMIT - 1_000)
+        yield good(padding=padding), "apply"  # unknown fields are ignored within version 1
+        yield b"{" + b"x" * (NEAR_LIMIT - 1), "dead"
+        yield (
+            good(agents=[{"id": f"a{i}", "slots": 1, "used_slots": 0} for i in range(50_000)]),
+            "apply",
+        )
+        bad_items = [{"task": "t", "slots": -1}] * 50_000
+        yield json.dumps(_good(0, when, pending=bad_items)).encode(), "dead"
+        yield b"[" * NESTING, "dead"
+        yield (
+            json.dumps(_good(0, when, pending=[])).encode()[:-1]
+            + b', "x": '
+            + (b"[" * NESTING + b"]" * NESTING)
+            + b"}",
+            "dead",
+        )
+    kinds = ["good", "truncated", "bytes", "not object", "fields", "pool", "future",
+             "ancient", "near future"]  # fmt: skip
+    for _ in range(count):
+        kind = rng.choice(kinds)
+        if kind == "good":
+            yield good(), "apply"
+        elif kind == "truncated":
+            body = good()
+            yield body[: rng.randrange(len(body) - 1)], "dead"
+        elif kind == "bytes":
+            yield rng.randbytes(rng.randrange(1, 200)), "dead"
+        elif kind == "not object":
+            yield rng.choice([b"[]", b'"snapshot"', b"null", b"42", b"true", b""]), "dead"
+        elif kind == "fields":
+            yield json.dumps(_good(0, when, **_bad_fields(rng))).encode(), "dead"
+        elif kind == "pool":
+            yield json.dumps(_good(0, when, pool="no-such-pool")).encode(), "dead"
+        elif kind == "future":  # a master whose clock is a day ahead
+            yield good(time=(when + timedelta(days=rng.randint(1, 400))).isoformat()), "dead"
+        elif kind == "ancient":  # older than max_snapshot_age: skipped, with the reason
+            yield good(time=(when - timedelta(days=rng.randint(1, 4000))).isoformat()), "skip"
+        else:  # clocks drift a little: a minute ahead is still applied
+            yield good(time=(when + timedelta(seconds=rng.randint(1, 60))).isoformat()), "apply"
+
+
+def r3_bad_input(clouds: Clouds, mode: Mode) -> Figures:
+    """A seeded fuzz of messages among one pool's good snapshots: each bad one must be
+    dead-lettered with its reason, each good one applied (or, if too old, skipped with
+    its reason), and no exception may leave the function (Pub/Sub would retry it 5
+    times, holding back the pool's later snapshots, then forward it without a reason)."""
+    figures = Figures("R3 bad input", "gcp")
+    cfg = config(gcp_pool_document(R3_POOL))
+    for run in range(3 if mode.long else 1):
+        rng = random.Random(1000 + run)
+        with Rig(clouds.compute(), clouds.pubsub(), cfg) as rig:
+            rig.goal = lambda rig=rig: len(rig.live(R3_POOL)) >= 1
+            count, big = (400, 2) if mode.long else (200, 1)
+            stream = list(r3_messages(rng, rig.clock.now(), count, big))
+            if not mode.inject:
+                stream = [(body, expect) for body, expect in stream if expect != "dead"]
+            rig.publish_many(stream, key=R3_POOL)
+            rig.deliver()
+            if mode.inject:  # data that is not base64 (Pub/Sub itself never sends it)
+                for text in ("!!!not base64!!!", "eyJ0eXBlIjog", "e30=" * 3 + "%"):
+                    rig.deliver_raw(text)
+            rig.read_dead_letters()
+            figures.runs += 1
+            figures.launches_expected += 1
+            figures.launches_made += len(rig.compute.created())
+            figures.leaked += max(0, len(rig.live(R3_POOL)) - 1)
+            figures.lost += rig.lost()
+            figures.faults += sum(
+                1 for m in rig.messages.values() if m.expect == "dead" and m.deliveries
+            )
+            figures.extra["messages"] = figures.extra.get("messages", 0) + len(rig.messages)
+            figures.extra["misjudged"] = figures.extra.get("misjudged", 0) + rig.misjudged()
+            _note_converge(figures, rig)
+            _note_escapes(figures, rig)
+    figures.limits = {"misjudged": 0, "escaped": 0}
+    return figures
+
+
 def _note_converge(figures: Figures, rig: Rig) -> None:
     passes, seconds = rig.converge()
     figures.converge_passes = max(figures.converge_passes, passes)
@@ -81,4 +220,5 @@ def _note_escapes(figures: Figures, rig: Rig) -> None:
 
 SCENARIOS: dict[str, Scenario] = {
     "R1 duplicates": r1_duplicates,
+    "R3 bad input": r3_bad_input,
 }
