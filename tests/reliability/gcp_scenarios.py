@@ -14,6 +14,10 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from google.cloud import compute_v1
+
+from dynagent.decide import decide
+from dynagent.gcp.compute import GceProvider
 from tests.reliability.clouds import Clouds
 from tests.reliability.figures import Figures, Mode, Scenario
 from tests.reliability.gcp_rig import Rig, config, gcp_pool_document, shuffled, snapshot
@@ -206,6 +210,167 @@ def r3_bad_input(clouds: Clouds, mode: Mode) -> Figures:
     return figures
 
 
+# Where other owners' VMs come from: a second deployment in the same project, with the
+# same label key and pool names, but its own label value and name prefix.
+OTHER_VALUE = "other-team"
+
+
+def _plant_foreign(rig: Rig, pool: str, count: int, bare: int) -> dict[str, dict[str, Any]]:
+    """``count`` VMs of another deployment (our label key, another value, our pool label)
+    and ``bare`` more stripped of every label; their state as they stand (name -> VM)."""
+    other = config(gcp_pool_document(pool, label_value=OTHER_VALUE, name_prefix="other-"))
+    provider = GceProvider(
+        next(iter(other.pools.values())),
+        rig.compute.instances_client(),
+        rig.compute.zone_operations_client(),
+        other.settings,
+        clock=rig.clock.now,
+        sleep=lambda _: None,
+    )
+    tasks = [(f"theirs-{i}", GPUS) for i in range(count + bare)]
+    plan = decide(
+        provider.pool,
+        provider.observe(),
+        snapshot(1, pool=pool, pending=tasks, time=rig.clock.now()),
+        rig.clock.now(),
+    )
+    started = provider.launch(plan).started
+    client = rig.compute.instances_client()
+    for name in started[count:]:  # someone removed every label from these
+        vm = rig.compute.instance(name)
+        body = compute_v1.InstancesSetLabelsRequest(
+            labels={}, label_fingerprint=vm["labelFingerprint"]
+        )
+        client.set_labels(
+            project=rig.compute.project,
+            zone=rig.compute.zone,
+            instance=name,
+            instances_set_labels_request_resource=body,
+        ).result()
+    client.transport.close()
+    return {name: rig.compute.instance(name) for name in started}
+
+
+def _foreign_touched(rig: Rig, before: dict[str, dict[str, Any]]) -> int:
+    """Foreign VMs deleted, stopped or relabelled since ``before``."""
+    now = {vm["name"]: vm for vm in rig.compute.instances()}
+    return sum(
+        1
+        for name, vm in before.items()
+        if name not in now
+        or now[name].get("labels") != vm.get("labels")
+        or now[name]["status"] != vm["status"]
+    )
+
+
+def _ours(rig: Rig) -> list[str]:
+    return [name for name in rig.compute.created() if name.startswith("det-agent-")]
+
+
+R4_POOL = "p1"
+
+
+def r4_foreign_and_busy(clouds: Clouds, mode: Mode) -> Figures:
+    """Another deployment's VMs (our label key, another value, the same pool label),
+    VMs with no labels at all, and our own busy agents: none deleted or relabelled, the
+    foreign ones never counted against max_instances (5)."""
+    figures = Figures("R4 foreign and busy", "gcp")
+    cfg = config(gcp_pool_document(R4_POOL))
+    for _ in range(3 if mode.long else 1):
+        with Rig(clouds.compute(), clouds.pubsub(), cfg) as rig:
+            foreign = _plant_foreign(rig, R4_POOL, 3, 2) if mode.inject else {}
+            rig.compute.clear_calls()
+            tasks = [(f"task-{i}", GPUS) for i in range(5)]
+            rig.publish(snapshot(1, pool=R4_POOL, pending=tasks[:2], time=rig.clock.now()))
+            rig.deliver()
+            busy = [vm["name"] for vm in rig.live(R4_POOL)]
+            used = GPUS if mode.inject else 0  # busy agents are this scenario's fault
+            agents = [(name, GPUS, used) for name in busy]
+            # Two busy agents and three more tasks: room for exactly three more VMs.
+            rig.publish(snapshot(2, R4_POOL, tasks[2:], agents, time=rig.clock.now()))
+            rig.deliver()
+            others = [vm["name"] for vm in rig.live(R4_POOL) if vm["name"] not in busy]
+            # The new agents register idle; past max_idle_agent_period they go, not the busy.
+            agents += [(name, GPUS, 0) for name in others]
+            rig.publish(snapshot(3, R4_POOL, [], agents, time=rig.clock.now()))
+            rig.deliver()
+            rig.goal = lambda rig=rig, busy=busy: (
+                sorted(v["name"] for v in rig.live(R4_POOL)) == sorted(busy)
+            )
+            rig.clock.sleep(21 * 60)
+            rig.sweep()
+            rig.publish(snapshot(4, R4_POOL, [], agents, time=rig.clock.now()))
+            rig.deliver()
+            rig.read_dead_letters()
+            live = {vm["name"] for vm in rig.live(R4_POOL)}
+            figures.runs += 1
+            figures.launches_expected += 5
+            figures.launches_made += len(_ours(rig))
+            figures.leaked += len(live - set(busy) - set(foreign))
+            counted = max(0, 5 - len(_ours(rig)))  # launches held back by foreign VMs
+            figures.touched += _foreign_touched(rig, foreign) + len(set(busy) - live) + counted
+            figures.lost += rig.lost()
+            figures.faults += len(foreign) + (len(busy) if mode.inject else 0)
+            _note_converge(figures, rig)
+            _note_escapes(figures, rig)
+    return figures
+
+
+def r5_preempted(clouds: Clouds, mode: Mode) -> Figures:
+    """Spot VMs preempted (TERMINATED) under busy agents: the sweep deletes them, the
+    master's next snapshot (their tasks pending again) launches replacements, and the
+    surviving busy VM and a foreign TERMINATED VM are left alone."""
+    figures = Figures("Spot preempted", "gcp")
+    cfg = config(gcp_pool_document(R4_POOL, spot=True))
+    for _ in range(3 if mode.long else 1):
+        with Rig(clouds.compute(), clouds.pubsub(), cfg) as rig:
+            foreign = _plant_foreign(rig, R4_POOL, 1, 0)
+            for name in foreign:
+                rig.compute.set_status(name, "TERMINATED")
+            foreign = {name: rig.compute.instance(name) for name in foreign}
+            tasks = [(f"task-{i}", GPUS) for i in range(3)]
+            rig.publish(snapshot(1, R4_POOL, tasks, time=rig.clock.now()))
+            rig.deliver()
+            names = sorted(vm["name"] for vm in rig.live(R4_POOL))
+            agents = [(name, GPUS, GPUS) for name in names]
+            rig.publish(snapshot(2, R4_POOL, [], agents, time=rig.clock.now()))
+            rig.deliver()
+            preempted = names[:2] if mode.inject else []
+            for name in preempted:
+                rig.compute.set_status(name, "TERMINATED")
+            rig.goal = lambda rig=rig: (
+                len(rig.live(R4_POOL)) == 3
+                and not any(
+                    vm["status"] == "TERMINATED" and vm["name"].startswith("det-agent-")
+                    for vm in rig.compute.instances()
+                )
+            )
+            rig.clock.sleep(60)
+            rig.sweep()
+            # The master lost their agents: their tasks are pending again.
+            survivors = [a for a in agents if a[0] not in preempted]
+            rig.publish(
+                snapshot(3, R4_POOL, tasks[: len(preempted)], survivors, time=rig.clock.now())
+            )
+            rig.deliver()
+            rig.read_dead_letters()
+            ours = [vm for vm in rig.compute.instances() if vm["name"].startswith("det-agent-")]
+            live = {vm["name"] for vm in rig.live(R4_POOL)}
+            figures.runs += 1
+            figures.launches_expected += 3 + len(preempted)
+            figures.launches_made += len(_ours(rig))
+            figures.leaked += sum(1 for vm in ours if vm["name"] not in live) + max(
+                0, len(live) - 3
+            )
+            kept = {a[0] for a in survivors}
+            figures.touched += _foreign_touched(rig, foreign) + len(kept - live)
+            figures.lost += rig.lost()
+            figures.faults += len(preempted)
+            _note_converge(figures, rig)
+            _note_escapes(figures, rig)
+    return figures
+
+
 def _note_converge(figures: Figures, rig: Rig) -> None:
     passes, seconds = rig.converge()
     figures.converge_passes = max(figures.converge_passes, passes)
@@ -221,4 +386,6 @@ def _note_escapes(figures: Figures, rig: Rig) -> None:
 SCENARIOS: dict[str, Scenario] = {
     "R1 duplicates": r1_duplicates,
     "R3 bad input": r3_bad_input,
+    "R4 foreign and busy": r4_foreign_and_busy,
+    "Spot preempted": r5_preempted,
 }
