@@ -20,7 +20,14 @@ from dynagent.decide import decide
 from dynagent.gcp.compute import GceProvider
 from tests.reliability.clouds import Clouds
 from tests.reliability.figures import Figures, Mode, Scenario
-from tests.reliability.gcp_rig import Rig, config, gcp_pool_document, shuffled, snapshot
+from tests.reliability.gcp_rig import (
+    Rig,
+    config,
+    gcp_pool_document,
+    per_minute,
+    shuffled,
+    snapshot,
+)
 
 GPUS = 4  # gcp_pool_document's machine: one 4-slot task per VM
 
@@ -371,6 +378,72 @@ def r5_preempted(clouds: Clouds, mode: Mode) -> Figures:
     return figures
 
 
+R6_POOL, R6_DEMAND = "p1", 4
+# Calls per minute of virtual time, at most: a pending operation is polled once a second
+# (60) and lists back off; well past 2 a second means a loop lost its sleep, and would
+# eat the project's Compute API rate quota, shared with everything else in it.
+R6_CALLS_PER_MINUTE = 120
+
+
+def r6_cloud_faults(clouds: Clouds, mode: Mode) -> Figures:
+    """429 on every 7th call and 503 on every 5th insert or operation wait, the first
+    insert's operation pending for 3 polls then failing with a stockout, and capacity
+    for only one more VM until the third minute. The master re-publishes its snapshot
+    every minute and the sweep runs every minute: the demand (4 VMs) is met with no
+    extra VM, no snapshot lost, and no hot loop."""
+    figures = Figures("R6 cloud faults", "gcp", limits={"calls_per_minute": R6_CALLS_PER_MINUTE})
+    cfg = config(gcp_pool_document(R6_POOL))
+    worst = 0.0
+    for _ in range(3 if mode.long else 1):
+        with Rig(clouds.compute(), clouds.pubsub(), cfg) as rig:
+            compute = rig.compute
+            if mode.inject:
+                compute.fail_calls(429, every=7)
+                compute.fail_calls(
+                    503, every=5, methods=["instances.insert", "zoneOperations.wait"]
+                )
+                compute.hold_operations(3)
+                compute.fail_next_inserts(1, "ZONE_RESOURCE_POOL_EXHAUSTED")
+                compute.limit_capacity("n1-standard-32", count=2)
+            tasks = [(f"task-{i}", GPUS) for i in range(R6_DEMAND)]
+            # RUNNING, not just alive: a VM whose insert will fail is PROVISIONING till then.
+            rig.goal = lambda rig=rig: (
+                sum(vm["status"] == "RUNNING" for vm in rig.live(R6_POOL)) >= R6_DEMAND
+            )
+            for minute in range(15):
+                if minute == 3:
+                    compute.clear_capacity_limits()
+                    compute.hold_operations(0)
+                rig.publish(snapshot(minute + 1, R6_POOL, tasks, time=rig.clock.now()))
+                rig.deliver()
+                rig.sweep()
+                if rig.reached:
+                    break
+                rig.clock.sleep(60)
+                # A minute on, the cloud has finished what it was doing, polled or not.
+                compute.finish_operations()
+            rig.read_dead_letters()
+            figures.runs += 1
+            figures.launches_expected += R6_DEMAND
+            figures.launches_made += len(_ours(rig))
+            figures.leaked += max(0, len(rig.live(R6_POOL)) - R6_DEMAND)
+            figures.lost += rig.lost()
+            refused = sum(
+                str(extra.get("launch_error", "")).count("ZONE_RESOURCE_POOL_EXHAUSTED")
+                for _, _, extra in rig.log.records
+            )
+            figures.faults += compute.faults_served() + refused
+            calls = len(compute.call_names())
+            worst = max(worst, per_minute(calls, rig.clock.elapsed))
+            figures.extra["sweep errors"] = figures.extra.get("sweep errors", 0) + sum(
+                1 for level, message, _ in rig.log.records if message == "pool pass failed"
+            )
+            _note_converge(figures, rig)
+            _note_escapes(figures, rig)
+    figures.calls_per_minute = worst
+    return figures
+
+
 def _note_converge(figures: Figures, rig: Rig) -> None:
     passes, seconds = rig.converge()
     figures.converge_passes = max(figures.converge_passes, passes)
@@ -387,5 +460,6 @@ SCENARIOS: dict[str, Scenario] = {
     "R1 duplicates": r1_duplicates,
     "R3 bad input": r3_bad_input,
     "R4 foreign and busy": r4_foreign_and_busy,
+    "R6 cloud faults": r6_cloud_faults,
     "Spot preempted": r5_preempted,
 }
