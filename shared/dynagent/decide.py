@@ -178,8 +178,12 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     provider = ctx.provider
     live = _live_count(ctx)
     existing = _existing(ctx, room)
+    pending = ctx.snapshot.pending if ctx.snapshot else ()
+    zero_slot = [task.task for task in pending if task.slots == 0]
+    if zero_slot:
+        pending = tuple(task for task in pending if task.slots > 0)
     demand = pack(
-        ctx.snapshot.pending if ctx.snapshot else (),
+        pending,
         ctx.shapes,
         existing,
         room=max(0, provider.max_instances - live),
@@ -198,6 +202,15 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     smallest = ctx.smallest
     if smallest is None:
         return tuple(launches), demand
+    # A zero-slot task runs on any agent, busy or not: it needs one only if there is none.
+    if zero_slot and not live and not launches and provider.max_instances > 0:
+        launches.append(
+            Launch(
+                reason=f"pending zero-slot tasks need an agent: {', '.join(zero_slot)}",
+                tasks=tuple(zero_slot),
+                offerings=catalog.fallbacks(smallest),
+            )
+        )
     below_min = provider.min_instances - live - len(launches)
     launches += [
         Launch(
@@ -295,6 +308,7 @@ def _walk_fleet(ctx: _Context) -> _Survey:
     # since <= now - period is now - since >= period, with one subtraction per pass.
     cutoff = ctx.now - ctx.provider.max_idle_agent_period
     terminations, with_snapshot = ctx.terminations, ctx.snapshot is not None
+    drain = ctx.provider.drain_idle_agents
     for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
         if not instance.live:
             ctx.terminate(instance.id, f"instance is {instance.state.value}")
@@ -313,7 +327,12 @@ def _walk_fleet(ctx: _Context) -> _Survey:
                     survey.room.append((instance.id, spare))
                 continue
         since = _idle_since(ctx, instance, agent)
-        if since is not None and since <= cutoff:
+        if drain:
+            # The master drained it (the bridge waited out the idle period first) and
+            # nothing runs on it: nothing new can land there before the terminate.
+            if agent is not None and agent.draining and agent.idle:
+                survey.idle.append((since or ctx.seen_at, instance.id))
+        elif since is not None and since <= cutoff:
             survey.idle.append((since, instance.id))
         if agent is None and instance.registered_at is None:
             slots = ctx.slots(instance, None)
@@ -386,14 +405,18 @@ def _counted_on(ctx: _Context, survey: _Survey) -> set[str]:
     # Only agents idle half their period or longer can be reaped soon or need their mark
     # renewed; with none, there is nothing to keep (the common case: no second packing).
     half = ctx.now - ctx.provider.max_idle_agent_period / 2
-    idle = {
-        instance_id
-        for instance_id, _ in survey.room
-        if (agent := ctx.agents.get(instance_id)) is not None
-        and agent.idle
-        and (since := ctx.by_id[instance_id].idle_since) is not None
-        and since <= half
-    }
+    if ctx.provider.drain_idle_agents:
+        # Only drained agents can be reaped; the bridge enables them again for the tasks.
+        idle = {i for i, _ in survey.room if (a := ctx.agents.get(i)) and a.draining and a.idle}
+    else:
+        idle = {
+            instance_id
+            for instance_id, _ in survey.room
+            if (agent := ctx.agents.get(instance_id)) is not None
+            and agent.idle
+            and (since := ctx.by_id[instance_id].idle_since) is not None
+            and since <= half
+        }
     if not idle:
         return set()
     candidates = [(i, m) for i, m in survey.room if i not in ctx.terminations]
@@ -446,16 +469,18 @@ def _reap_idle(
     by_id = ctx.by_id if idle else {}
     headroom = _HeadroomGuard(ctx, room)
     ranked = sorted(idle, key=lambda item: (-ctx.price(by_id[item[1]]), item))
+    # A pending zero-slot task is the master's to place on any agent: keep one for it.
+    pending = ctx.snapshot.pending if ctx.snapshot else ()
+    floor = max(provider.min_instances, 1 if any(t.slots == 0 for t in pending) else 0)
     for since, instance_id in ranked:
-        if live <= provider.min_instances:
+        if live <= floor:
             break
         if instance_id in counted_on or not headroom.may_remove(instance_id):
             continue
-        ctx.terminate(
-            instance_id,
-            f"idle for {format_duration(ctx.now - since)} "
-            f"(max_idle_agent_period {format_duration(limit)})",
-        )
+        reason = f"idle for {format_duration(ctx.now - since)}"
+        if provider.drain_idle_agents:
+            reason = f"drained by the master and empty ({reason})"
+        ctx.terminate(instance_id, f"{reason} (max_idle_agent_period {format_duration(limit)})")
         live -= 1
 
 
@@ -551,7 +576,7 @@ def _marks_say(marks: dict[Mark, datetime], agent: Agent) -> bool:
     return (
         Mark.REGISTERED in marks
         and Mark.DISCONNECTED_SINCE not in marks
-        and (Mark.IDLE_SINCE in marks) == (agent.used_slots == 0)
+        and (Mark.IDLE_SINCE in marks) == agent.idle
     )
 
 

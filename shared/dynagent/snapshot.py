@@ -32,7 +32,11 @@ class _Wire(BaseModel):
 # models, so parsing stays close to the cost of reading the JSON.
 @dataclass(frozen=True, slots=True, config=ConfigDict(extra="ignore"))
 class PendingTask:
-    """A task the master could not place, and the slots (GPUs) it asks for."""
+    """A task the master could not place, and the slots (GPUs) it asks for.
+
+    A task of 0 slots (a command, a checkpoint GC) runs on any agent, busy or not: it is
+    demand for one agent only where the pool has none.
+    """
 
     task: str = Field(min_length=1)
     slots: int = Field(ge=0)
@@ -40,11 +44,18 @@ class PendingTask:
 
 @dataclass(frozen=True, slots=True, config=ConfigDict(extra="ignore"))
 class Agent:
-    """An agent connected to the master; ``id`` is the instance id for dynamic agents."""
+    """An agent connected to the master; ``id`` is the instance id for dynamic agents.
+
+    Optional within version 1: ``draining`` (the master places nothing new on it: it was
+    disabled with drain) and ``tasks``, the tasks running on it, zero-slot ones included
+    (they use no slot, so ``used_slots`` alone would call the agent idle).
+    """
 
     id: str = Field(min_length=1)
     slots: int = Field(ge=0)
     used_slots: int = Field(ge=0)
+    draining: bool = False
+    tasks: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _used_within_slots(self) -> Agent:
@@ -54,7 +65,7 @@ class Agent:
 
     @property
     def idle(self) -> bool:
-        return self.used_slots == 0
+        return self.used_slots == 0 and self.tasks == 0
 
 
 class Snapshot(_Wire):
@@ -83,6 +94,10 @@ def parse_snapshot(body: str | bytes) -> Snapshot:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError) as error:
         raise InvalidSnapshot(f"not JSON: {error}") from None
+    except RecursionError:
+        # json's parser recurses per level: "[" * 100000 is a malformed message, not a
+        # crash of the handler that would take the rest of its batch down with it.
+        raise InvalidSnapshot("not JSON: nested too deeply") from None
     return snapshot_from_document(document)
 
 
@@ -101,6 +116,8 @@ def snapshot_from_document(document: Any) -> Snapshot:
         return Snapshot.model_validate(document)
     except ValidationError as error:
         raise InvalidSnapshot(_describe(error)) from None
+    except RecursionError:
+        raise InvalidSnapshot("a field is nested too deeply") from None
 
 
 def _describe(error: ValidationError) -> str:

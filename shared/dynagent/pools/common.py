@@ -58,6 +58,9 @@ class ProvisionerFields(StrictModel):
     warm_headroom_slots: int = Field(default=0, ge=0)
     # Ours: let offerings mix GPU models (tasks must run on any of them).
     mixed_gpu_models: bool = False
+    # Ours: terminate an idle agent only once the master drains it (``dynagent bridge``
+    # disables it with drain) and the snapshot reports it draining and empty.
+    drain_idle_agents: bool = False
 
     @model_validator(mode="after")
     def _bounds(self) -> ProvisionerFields:
