@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from dynagent.decide import decide
 from dynagent.fleet import InstanceState, Mark
 from dynagent.plan import Launch, MarkWrite, Plan, Termination
 from dynagent.reconcile import reconcile
@@ -188,3 +189,21 @@ def test_every_status_the_api_lists_is_mapped() -> None:
     documents = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
     schema = json.loads((documents / "compute.v1.json").read_text())["schemas"]["Instance"]
     assert set(schema["properties"]["status"]["enum"]) == set(INSTANCE_STATES)
+
+
+def test_rate_limits_and_unavailability_are_retried_within_the_pass(
+    compute: LocalCompute,
+) -> None:
+    """Found by the reliability suite (R6): a pass makes a dozen calls, so with 429s and
+    503s about it rarely got through them all; each failure cost a Pub/Sub redelivery,
+    and after 5 the snapshot was forwarded to the dead letters without a reason."""
+    compute.fail_calls(429, every=3)
+    compute.fail_calls(503, every=2, methods=["instances.insert", "zoneOperations.wait"])
+    slept: list[float] = []
+    provider = provider_for(compute)
+    provider.sleep = slept.append
+    plan = decide(provider.pool, provider.observe(), snapshot(1, "t4", [("a", 4), ("b", 4)]), now())
+    result = provider.launch(plan)
+    assert result.error is None and len(result.started) == 2
+    assert len(compute.created()) == 2
+    assert compute.faults_served() > 0 and slept

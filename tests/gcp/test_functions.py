@@ -4,6 +4,7 @@ for the rules that need an aged fleet."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -191,3 +192,31 @@ def test_the_sweep_deletes_preempted_and_never_registered_vms(
     assert reasons[first] == "instance is stopped"
     assert "never registered" in reasons[second]
     assert [vm for vm in compute.instances() if vm["status"] != "STOPPING"] == []
+
+
+def test_a_bad_message_near_the_size_limit_is_still_set_aside_with_its_reason(
+    compute: LocalCompute, publisher: Any, subscriber: Any, topics: Any
+) -> None:
+    """Found by the reliability suite (R3): a body within bytes of Pub/Sub's 10 MB limit
+    left no room for the dead letter's attributes; the publish failed, the exception left
+    the function, and after 5 deliveries Pub/Sub forwarded it without its reason."""
+    body = b"{" + b"x" * 9_999_898  # as large as the snapshot topic takes
+    message_id = publisher.publish(topics["snapshots"], body, ordering_key="t4").result(timeout=60)
+    functions = GcpFunctions(
+        config(gcp_pool_document()),
+        publisher=publisher,
+        dead_letter_topic=topics["dead_letters"],
+        sleep=lambda _: None,
+    )
+    event = message_event(body, topics["snapshots"], "s", message_id=message_id)
+
+    assert functions.reconcile_event(event) is None
+    (received,) = subscriber.pull(
+        subscription=topics["kept"], max_messages=1, timeout=30
+    ).received_messages
+    attributes = received.message.attributes
+    assert attributes["dynagent-reason"].startswith("not JSON")
+    assert attributes["source-message-id"] == message_id
+    assert attributes["dynagent-body-bytes"] == str(len(body))
+    assert attributes["dynagent-body-sha256"] == hashlib.sha256(body).hexdigest()
+    assert body.startswith(received.message.data)

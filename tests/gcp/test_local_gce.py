@@ -1070,3 +1070,28 @@ def test_aggregated_list_is_as_strict_as_list(compute: LocalCompute) -> None:
     ]:
         status, body = raw_project(compute, f"aggregated/instances?{query}")
         assert status == 400 and said in body["error"]["message"], query
+
+
+# Refused calls: the reliability suite's 429s and 503s.
+
+
+def test_every_nth_call_is_refused_and_does_nothing(
+    compute: LocalCompute, instances_client: Any
+) -> None:
+    compute.fail_calls(429, every=2, methods=["instances.insert"], count=1)
+    insert(instances_client, compute, gpu_instance(compute, "vm-1"))
+    with pytest.raises(exceptions.TooManyRequests):
+        insert(instances_client, compute, gpu_instance(compute, "vm-2"))
+    insert(instances_client, compute, gpu_instance(compute, "vm-3"))
+    assert [vm["name"] for vm in compute.instances()] == ["vm-1", "vm-3"]
+    assert compute.created() == ["vm-1", "vm-3"]
+    assert compute.faults_served() == 1
+
+
+def test_a_503_on_a_read_is_retried_by_the_client(
+    compute: LocalCompute, instances_client: Any
+) -> None:
+    compute.fail_calls(503, methods=["instances.list"], count=1)
+    assert names(instances_client, compute) == []
+    assert compute.call_names() == ["instances.list", "instances.list"]
+    assert compute.faults_served() == 1

@@ -40,6 +40,10 @@ CAPACITY_ERRORS = frozenset(
     }
 )  # fmt: skip
 _REQUEST_IDS = uuid.UUID("6f1d3c52-3a5e-4b8e-9a61-1f4f3e2c9d10")
+# Answers worth the same call again shortly: the API's rate quota and a front end briefly
+# down. Every call retried is a read or carries a requestId, so a repeat does it once.
+TRANSIENT = (google_errors.TooManyRequests, google_errors.ServiceUnavailable)
+RETRIES = 4  # after the first try: 1 + 2 + 4 + 8 s of backoff at most
 
 
 class LaunchNotVisible(RuntimeError):
@@ -119,13 +123,13 @@ class GceProvider:
                 filter=where,
                 max_results=self.page_size,
             )
-            for item in self.instances.list(request=request):
+            for item in self._retry(self.instances.list, request=request):
                 yield from self._instance(item, self.zones[0])
             return
         aggregated = compute_v1.AggregatedListInstancesRequest(
             project=self.config.project, filter=where, max_results=self.page_size
         )
-        for scope, listed in self.instances.aggregated_list(request=aggregated):
+        for scope, listed in self._retry(self.instances.aggregated_list, request=aggregated):
             zone = scope.rsplit("/", 1)[-1]
             if zone in self.zones:
                 for item in listed.instances:
@@ -148,6 +152,18 @@ class GceProvider:
             zone=zone,
             spot=scheduling.provisioning_model == "SPOT" or bool(scheduling.preemptible),
         )
+
+    def _retry(self, call: Callable[..., Any], **arguments: Any) -> Any:
+        """``call``, again after 1, 2, 4 and 8 s while the API answers 429 or 503; then
+        the error propagates (and Pub/Sub delivers the message again later)."""
+        delay = 1.0
+        for _ in range(RETRIES):
+            try:
+                return call(**arguments)
+            except TRANSIENT:
+                self.sleep(delay)
+                delay *= 2
+        return call(**arguments)
 
     # Launch
 
@@ -211,7 +227,7 @@ class GceProvider:
                 request_id=request_id(f"{name}@{zone}" if offering else name, "insert"),
             )
             try:
-                operations[name] = self.instances.insert(request=request)
+                operations[name] = self._retry(self.instances.insert, request=request)
             except google_errors.Conflict:
                 existing.add(name)
             except (google_errors.BadRequest, google_errors.Forbidden) as error:
@@ -237,7 +253,7 @@ class GceProvider:
         """Wait for a zone operation; its error as text, or None when it succeeded."""
         while True:
             # zoneOperations.wait returns when the operation is done or after a while.
-            result = self.operations.wait(**where, operation=operation)
+            result = self._retry(self.operations.wait, **where, operation=operation)
             if result.status == compute_v1.Operation.Status.DONE:
                 errors = result.error.errors if result.error else []
                 return "; ".join(f"{e.code}: {e.message}" for e in errors) or None
@@ -274,7 +290,7 @@ class GceProvider:
                 **self._where(name), instance=name, request_id=request_id(name, "delete")
             )
             with contextlib.suppress(google_errors.NotFound):  # gone already: done
-                self.instances.delete(request=request)
+                self._retry(self.instances.delete, request=request)
 
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
         """Compute Engine has no spot requests: a Spot VM is an instance from the start."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from dynagent.snapshot import Snapshot
@@ -10,6 +11,11 @@ from dynagent.snapshot import Snapshot
 _MAX_ATTRIBUTE = 1000
 DEDUP_ATTRIBUTE = "dynagent-dedup-id"
 REASON_ATTRIBUTE = "dynagent-reason"
+# A dead letter's body is cut to this (1 MB under Pub/Sub's 10,000,000-byte publish
+# limit, room for the topic and attributes); the attributes then say it was.
+MAX_DEAD_LETTER_BODY = 9_000_000
+BODY_BYTES_ATTRIBUTE = "dynagent-body-bytes"
+BODY_SHA256_ATTRIBUTE = "dynagent-body-sha256"
 
 
 def publisher_client() -> Any:
@@ -56,9 +62,15 @@ class PubSubPublisher:
 def send_dead_letter(
     client: Any, topic: str, body: bytes, reason: str, message_id: str, timeout: float = 60.0
 ) -> None:
-    """Put a message that can never be applied on the dead-letter topic, with why."""
-    client.publish(
-        topic,
-        body or b"(empty)",
-        **{REASON_ATTRIBUTE: reason[:_MAX_ATTRIBUTE], "source-message-id": message_id},
-    ).result(timeout=timeout)
+    """Put a message that can never be applied on the dead-letter topic, with why.
+
+    A body too large to travel with its attributes (Pub/Sub takes at most 10,000,000
+    bytes per publish, and a message may arrive that close to it) is cut to its head;
+    its whole size and SHA-256 go along, so what arrived can still be identified.
+    """
+    attributes = {REASON_ATTRIBUTE: reason[:_MAX_ATTRIBUTE], "source-message-id": message_id}
+    if len(body) > MAX_DEAD_LETTER_BODY:
+        attributes[BODY_BYTES_ATTRIBUTE] = str(len(body))
+        attributes[BODY_SHA256_ATTRIBUTE] = hashlib.sha256(body).hexdigest()
+        body = body[:MAX_DEAD_LETTER_BODY]
+    client.publish(topic, body or b"(empty)", **attributes).result(timeout=timeout)

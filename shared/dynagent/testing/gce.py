@@ -41,8 +41,10 @@ What it serves, with the real API's semantics:
 
 Knobs the API has no call for: make the next inserts' operations fail (QUOTA_EXCEEDED,
 ZONE_RESOURCE_POOL_EXHAUSTED, ...; a failed insert leaves no instance), hold operations
-RUNNING for a number of polls, set an instance's status (a preempted VM is TERMINATED)
-or creation time. It records the calls it serves, as (HTTP method, API method) pairs.
+RUNNING for a number of polls (with a failing insert: an insert that fails late), set an
+instance's status (a preempted VM is TERMINATED) or creation time, and refuse every Nth
+call with 429 or 503 (``fail_calls``). It records the calls it serves, as (HTTP method,
+API method) pairs, and the instances inserts created.
 
 Capacity: ``limit_capacity(machine_type, zone, provisioning, count)`` lets at most
 ``count`` more VMs of that offering (None matches any zone or model; a legacy
@@ -172,6 +174,7 @@ _STATUS_NAMES: Final = {
     405: "METHOD_NOT_ALLOWED",
     409: "ALREADY_EXISTS",
     412: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
     503: "UNAVAILABLE",
 }
@@ -953,6 +956,41 @@ def _quota_name(body: Mapping[str, Any], offering: Offering) -> str:
     return f"PREEMPTIBLE_{name}" if offering.provisioning == "SPOT" else name
 
 
+# What the API's front end answers when it refuses a call before doing anything.
+_CALL_FAULTS: Final = {
+    429: ("rateLimitExceeded", "Rate Limit Exceeded"),
+    503: ("backendError", "The service is currently unavailable."),
+}
+
+
+@dataclass
+class CallFault:
+    """Every ``every``-th call of ``methods`` (None: any) is refused with ``status``,
+    ``remaining`` more times (None: for ever)."""
+
+    status: int
+    every: int
+    methods: frozenset[str] | None
+    remaining: int | None
+    seen: int = 0
+
+    def applies(self, api_method: str) -> bool:
+        if self.methods is not None and api_method not in self.methods:
+            return False
+        if self.remaining == 0:
+            return False
+        self.seen += 1
+        if self.seen % self.every:
+            return False
+        if self.remaining is not None:
+            self.remaining -= 1
+        return True
+
+    def error(self) -> ApiError:
+        reason, message = _CALL_FAULTS[self.status]
+        return ApiError(self.status, reason, message)
+
+
 @dataclass
 class _Operation:
     resource: JsonObject
@@ -1016,6 +1054,9 @@ class _State:
     hold_polls: int = 0
     limits: list[CapacityLimit] = field(default_factory=list)
     zones: set[str] = field(default_factory=set)  # addressed since reset: aggregated scopes
+    call_faults: list[CallFault] = field(default_factory=list)
+    faults_served: int = 0
+    created: list[str] = field(default_factory=list)  # names, in the order inserts landed
 
 
 class _Admission(NamedTuple):
@@ -1053,6 +1094,17 @@ class FakeCompute:
 
     def new_id(self) -> str:
         return str(next(self._ids))
+
+    def call_fault(self, api_method: str) -> ApiError | None:
+        """The error a fail_calls() knob answers this call with, if any (first knob wins;
+        every knob matching the method counts the call)."""
+        refused = None
+        for fault in self.state.call_faults:
+            if fault.applies(api_method) and refused is None:
+                refused = fault.error()
+        if refused is not None:
+            self.state.faults_served += 1
+        return refused
 
     # -- reads --------------------------------------------------------------------------
 
@@ -1344,7 +1396,9 @@ class FakeCompute:
                     continue  # deleted (or replaced) meanwhile
                 if failure is not None:
                     del self.state.instances[key]
-                elif instance["status"] == "PROVISIONING":  # a test may have moved it on
+                    continue
+                self.state.created.append(instance["name"])
+                if instance["status"] == "PROVISIONING":  # a test may have moved it on
                     instance.update(status="RUNNING", lastStartTimestamp=_timestamp(_utcnow()))
 
         return finish
@@ -1601,6 +1655,10 @@ class _ComputeApp:
             message = f"{request.method} {request.path} is not served by the local Compute fake"
             return _json_response(code, ApiError(code, "notFound", message).body())
         self._log.record(ApiCall(request.method, str(api_method)))
+        with self._compute.lock:
+            fault = self._compute.call_fault(str(api_method))
+        if fault is not None:
+            return _json_response(fault.code, fault.body())
         try:
             parsed = _parse(str(api_method), args, request)
             with self._compute.lock:
@@ -1833,6 +1891,44 @@ class LocalCompute(Service):
             self._compute.state.limits.append(limit)
             if zone is not None:
                 self._compute.state.zones.add(zone)
+
+    def fail_calls(
+        self,
+        status: int,
+        every: int = 1,
+        methods: Iterable[str] | None = None,
+        count: int | None = None,
+    ) -> None:
+        """Refuse every ``every``-th call of ``methods`` (API methods such as
+        ``instances.insert``; None is any) with HTTP ``status``: 429 ``rateLimitExceeded``
+        (the project's API rate quota) or 503 ``backendError`` (the API's front end
+        briefly down), ``count`` times (None: until reset()). A refused call does
+        nothing, as the real front end's refusals do; ``faults_served()`` counts them.
+
+        The API has no call for this; reliability tests need it because both answers
+        come from the real API on any method, and the client retries only some of them
+        (503 on reads), so the code above must cope with the rest."""
+        if status not in _CALL_FAULTS:
+            raise ValueError(f"status must be one of {sorted(_CALL_FAULTS)}, not {status}")
+        if every < 1:
+            raise ValueError("every must be >= 1")
+        if count is not None and count < 0:
+            raise ValueError("count must be >= 0 or None")
+        chosen = None if methods is None else frozenset(methods)
+        with self._compute.lock:
+            self._compute.state.call_faults.append(CallFault(status, every, chosen, count))
+
+    def faults_served(self) -> int:
+        """How many calls fail_calls() knobs refused since reset()."""
+        with self._compute.lock:
+            return self._compute.state.faults_served
+
+    def created(self) -> list[str]:
+        """Names of the instances inserts created (their operation succeeded) since
+        reset(), in order; one deleted before its insert completed is not counted. Tests
+        count launches by it: the calls log also holds refused and replayed inserts."""
+        with self._compute.lock:
+            return list(self._compute.state.created)
 
     def clear_capacity_limits(self) -> None:
         """Forget every capacity limit: VMs of any offering can be created again."""

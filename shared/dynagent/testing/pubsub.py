@@ -221,8 +221,15 @@ class PubSubEmulator(Service):
         # the emulator speaks plaintext gRPC and checks none.
         import grpc  # type: ignore[import-untyped]
 
-        # Loopback only: never through a proxy named in the environment.
-        return grpc.insecure_channel(self.host, options=[("grpc.enable_http_proxy", 0)])
+        # Loopback only: never through a proxy named in the environment. No message size
+        # cap, as the clients' own channels have: gRPC's default 4 MB would refuse what
+        # Pub/Sub takes (10 MB messages).
+        options = [
+            ("grpc.enable_http_proxy", 0),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+        ]
+        return grpc.insecure_channel(self.host, options=options)
 
     # -- internals -----------------------------------------------------------------------
 
