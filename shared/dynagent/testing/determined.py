@@ -112,6 +112,8 @@ VERSION: Final = "0.38.1"
 # determined.common.api.authentication.PASSWORD_SALT: the client hashes before sending.
 PASSWORD_SALT: Final = "GubPEmmotfiK9TMD6Zdw"
 DEFAULT_POOL: Final = "default"
+# Complex enough that Determined's CLI does not warn about it on every run.
+DEFAULT_PASSWORD: Final = "L0cal-Determined"
 DEFAULT_PRIORITY: Final = 42  # the priority scheduler's default
 MAX_AUX_CONTAINERS_PER_AGENT: Final = 100  # resource pool config default
 DEFAULT_JOBS_LIMIT: Final = 100  # GetJobs/GetJobsV2 when limit is 0
@@ -494,8 +496,8 @@ class LocalDetermined(Service):
 
     Use it as a context manager, or call start() and stop(). It starts with one static
     pool, ``default`` (the default compute and aux pool), and the given users (by
-    default ``admin``, an admin, and ``determined``, both with password
-    ``password``). Everything here is safe to call from any thread.
+    default ``admin``, an admin, and ``determined``, both with DEFAULT_PASSWORD; the
+    first user is an admin in any case). Everything here is safe to call from any thread.
     """
 
     def __init__(
@@ -506,7 +508,9 @@ class LocalDetermined(Service):
     ) -> None:
         self._cluster_name = cluster_name
         self._initial_users = dict(
-            users if users is not None else {"admin": "password", "determined": "password"}
+            users
+            if users is not None
+            else {"admin": DEFAULT_PASSWORD, "determined": DEFAULT_PASSWORD}
         )
         self._lock = threading.RLock()
         self._wake = threading.Event()  # cuts slow() short when the server stops
