@@ -50,13 +50,21 @@ class QuietHandler(WSGIRequestHandler):
 
 
 class LoopbackServer:
-    """``app`` served on 127.0.0.1, an OS-chosen port, from a daemon thread."""
+    """``app`` served on 127.0.0.1, an OS-chosen port, from a daemon thread.
+
+    ``port`` binds a given port instead: a server that was closed to refuse connections
+    for a while comes back where its clients expect it.
+    """
 
     def __init__(
-        self, app: Any, name: str, handler: type[WSGIRequestHandler] = QuietHandler
+        self,
+        app: Any,
+        name: str,
+        handler: type[WSGIRequestHandler] = QuietHandler,
+        port: int = 0,
     ) -> None:
         self._server: BaseWSGIServer = make_server(
-            LOOPBACK, 0, app, threaded=True, request_handler=handler
+            LOOPBACK, port, app, threaded=True, request_handler=handler
         )
         self._thread = threading.Thread(
             target=self._server.serve_forever,

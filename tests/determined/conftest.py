@@ -1,0 +1,85 @@
+"""Fixtures for the local Determined master: one server for the session, wiped per test.
+
+The server listens on 127.0.0.1 only and the session fixture that starts it stops it
+(port closed, thread joined). ``det`` runs Determined's own CLI in a subprocess with a
+temporary HOME and XDG_CONFIG_HOME, so its token cache never leaves the test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dynagent.testing.determined import DEFAULT_PASSWORD
+
+if TYPE_CHECKING:
+    from dynagent.testing.determined import LocalDetermined
+
+ADMIN = ("admin", DEFAULT_PASSWORD)
+DET = Path(sys.executable).with_name("det")
+
+RunDet = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def local_master() -> Iterator[LocalDetermined]:
+    from dynagent.testing.determined import LocalDetermined
+
+    with LocalDetermined() as server:
+        yield server
+
+
+@pytest.fixture
+def master(local_master: LocalDetermined) -> LocalDetermined:
+    """The session's master, reset: the ``default`` pool, users admin and determined,
+    knobs off, no calls recorded."""
+    local_master.reset()
+    local_master.clear_calls()
+    return local_master
+
+
+@pytest.fixture
+def session(master: LocalDetermined) -> Any:
+    """A real ``determined.common.api.Session``, logged in as admin through the API
+    (salted, hashed password), without retries so injected errors show at once."""
+    from determined.common import api
+    from determined.common.api import authentication
+
+    logged_in = authentication.login(master.url, *ADMIN)
+    return api.Session(master.url, logged_in.username, logged_in.token, None, max_retries=0)
+
+
+@pytest.fixture
+def det(master: LocalDetermined, tmp_path: Path) -> RunDet:
+    """Run ``det -m URL ARGS...`` against the master as admin; one HOME per test, so
+    consecutive runs share the CLI's token cache as a user's shell would."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "DET_USER": ADMIN[0],
+        "DET_PASS": ADMIN[1],
+        "DET_MASTER": master.url,
+        "PYTHONWARNINGS": "ignore",
+        "NO_COLOR": "1",
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(DET), "-m", master.url, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    return run
