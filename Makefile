@@ -29,11 +29,24 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) $(DET_STAMP)
 	$(BIN)/pytest -q
+	$(DET_VENV)/bin/pytest -q -p no:cacheprovider tests/determined
+
+# Determined's own client (its API bindings and the `det` CLI) proves the local master in
+# dynagent.testing answers as a real one does. It pins requests<2.32, which drags the
+# Google clients back, so it gets a virtual environment of its own with the core package.
+DET_VENV := .venv-det
+DET_STAMP := $(DET_VENV)/.installed
+
+$(DET_STAMP): pyproject.toml tests/determined/requirements.txt
+	$(PYTHON) -m venv $(DET_VENV)
+	$(DET_VENV)/bin/pip install --quiet --upgrade pip
+	$(DET_VENV)/bin/pip install --quiet -e . -r tests/determined/requirements.txt
+	touch $(DET_STAMP)
 
 clean:
-	rm -rf $(VENV) .venv-sam .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DET_VENV) .venv-sam .aws-sam .pytest_cache .mypy_cache .ruff_cache
 
 # --- AWS SAM deployment (infra/aws/README.md) ------------------------------------------
 # `make sam`: lint template.yaml and build .aws-sam/ for `sam deploy`, offline: no AWS
