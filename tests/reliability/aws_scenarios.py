@@ -17,6 +17,7 @@ from dynagent.testing.event_source import LambdaContext, sqs_event
 from tests.reliability.aws_rig import (
     REGION,
     TAG_KEY,
+    TAG_VALUE,
     Convergence,
     Rig,
     VirtualClock,
@@ -52,13 +53,13 @@ def r1_duplicates(clouds: Clouds, mode: Mode) -> Figures:
         figures.launches_made += faulty["launches"]
         figures.faults += faulty["faults"]
         figures.leaked += max(0, faulty["live"] - clean["live"])
-        figures.lost += len(faulty["escaped"])
+        _escaped(figures, len(faulty["escaped"]))
         figures.converge_passes = max(figures.converge_passes, faulty["passes"])
         figures.converge_seconds = max(figures.converge_seconds, faulty["seconds"])
         figures.calls_per_minute = max(figures.calls_per_minute or 0, faulty["rate"])
     # Each batch (10 virtual seconds apart) costs SQS 3 calls and each pool it names a
     # describe page, a launch and its visibility check: ~60 a minute with three pools.
-    figures.limits = {"calls_per_minute": 120}
+    figures.limits["calls_per_minute"] = 120
     return figures
 
 
@@ -133,7 +134,7 @@ def r2_concurrency(clouds: Clouds, mode: Mode) -> Figures:
         figures.launches_expected += clean["launches"]
         figures.launches_made += faulty["launches"]
         figures.faults += faulty["overlap"]
-        figures.lost += faulty["escaped"]
+        _escaped(figures, faulty["escaped"])
         figures.leaked += max(0, faulty["live"] - clean["live"])
         figures.extra["churn"] = figures.extra.get("churn", 0) + faulty["churn"]
         figures.converge_passes = R2_RECONCILES + R2_SWEEPS
@@ -277,7 +278,186 @@ def _r4_run(clouds: Clouds, mode: Mode, figures: Figures) -> None:
     figures.launches_made += rig.launches_since(before)
     figures.converge_passes = max(figures.converge_passes, converge.settled_passes)
     figures.converge_seconds = max(figures.converge_seconds, converge.settled_seconds)
-    figures.lost += len(rig.delivery.escaped) + rig.delivery.failed
+    figures.lost += sum(reason is None for reason in rig.dead_lettered().values())
+    _escaped(figures, len(rig.delivery.escaped))
+
+
+# -- R5 -------------------------------------------------------------------------------
+
+# Instances hidden from this many DescribeInstances calls after their launch: more than
+# the launch's visibility check makes in launch_visibility_timeout (60 s of 0.25..4 s
+# sleeps: about 19), so the lag outlasts the check, as EC2's sometimes does.
+R5_HIDDEN_DESCRIBES = 25
+
+
+def r5_leftovers(clouds: Clouds, mode: Mode) -> Figures:
+    figures = Figures("R5 leftovers", "aws", limits={"calls_per_minute": 120})
+    for _ in range(2 if mode.long else 1):
+        _r5_run(clouds, mode, figures)
+    return figures
+
+
+def _r5_run(clouds: Clouds, mode: Mode, figures: Figures) -> None:
+    aws = clouds.aws()
+    image = aws.image_id()
+    config = pool_config(
+        pool("od", image, max_instances=5),
+        pool("sp", image, instance_type="g4dn.xlarge", spot=True, max_instances=5),
+    )
+    rig = Rig(aws, config)
+    now = rig.clock.now()
+    stale: list[tuple[str, str]] = []  # (kind, id) that two sweeps must clear
+    if mode.inject:
+        # Spot requests a crashed pass left open, half an hour ago.
+        aws.fulfil_spot_requests = False
+        for request_id in _request_spot(rig, "sp", 2):
+            aws.set_spot_request_create_time(request_id, now - timedelta(minutes=30))
+            stale.append(("open", request_id))
+        aws.fulfil_spot_requests = True
+        # Requests cancelled while their instance kept running (it has none of our tags).
+        requests = _request_spot(rig, "sp", 2)
+        rig.ec2.cancel_spot_instance_requests(SpotInstanceRequestIds=requests)
+        for request in rig.spot_requests():
+            if request["SpotInstanceRequestId"] in requests:
+                stale.append(("instance", request["InstanceId"]))
+        # Our instances stuck booting for half an hour.
+        for instance_id in _run_instances(rig, 2, [(TAG_KEY, TAG_VALUE), (POOL_TAG, "od")]):
+            aws.set_instance_state(instance_id, "pending")
+            aws.set_launch_time(instance_id, now - timedelta(minutes=30))
+            stale.append(("instance", instance_id))
+        aws.hide_new_instances(R5_HIDDEN_DESCRIBES)
+    before = rig.resources()
+    aws.clear_calls()
+    converge = Convergence(rig.clock)
+    # The master sends the pool's backlog every 30 s; the queue holds a newer snapshot
+    # while the first launch is still invisible.
+    for seq in (1, 2, 3):
+        rig.publish(snapshot("od", seq, rig.clock.now(), [("a", 8), ("b", 8)]))
+        rig.deliver()
+        converge.see(len(rig.live("od")))
+        rig.clock.advance(seconds=30)
+    rig.drain()
+    for _ in range(2):
+        rig.clock.advance(minutes=1)
+        rig.functions.sweep()
+        converge.see((len(rig.live()), len(_open(rig))))
+    figures.faults += len(stale) + aws.faults_served().get("hidden", 0)
+    alive = {i["InstanceId"] for i in rig.live()}
+    still_open = set(_open(rig))
+    figures.leaked += sum(item in (still_open if kind == "open" else alive) for kind, item in stale)
+    figures.runs += 1
+    figures.launches_expected += 2
+    figures.launches_made += rig.launches_since(before)
+    figures.lost += sum(reason is None for reason in rig.dead_lettered().values())
+    _escaped(figures, len(rig.delivery.escaped))
+    figures.converge_passes = max(figures.converge_passes, converge.settled_passes)
+    figures.converge_seconds = max(figures.converge_seconds, converge.settled_seconds)
+    figures.calls_per_minute = max(figures.calls_per_minute or 0, rig.calls_per_minute())
+
+
+def _request_spot(rig: Rig, pool_name: str, count: int) -> list[str]:
+    tags = [{"Key": TAG_KEY, "Value": TAG_VALUE}, {"Key": POOL_TAG, "Value": pool_name}]
+    response = rig.ec2.request_spot_instances(
+        InstanceCount=count,
+        LaunchSpecification={"ImageId": rig.image, "InstanceType": "g4dn.xlarge"},
+        TagSpecifications=[{"ResourceType": "spot-instances-request", "Tags": tags}],
+    )
+    return [r["SpotInstanceRequestId"] for r in response["SpotInstanceRequests"]]
+
+
+def _open(rig: Rig) -> list[str]:
+    return [r["SpotInstanceRequestId"] for r in rig.spot_requests() if r["State"] == "open"]
+
+
+# -- R6 -------------------------------------------------------------------------------
+
+# A backlog per pool, one snapshot a minute: it grows, then holds.
+R6_BACKLOG = {
+    "a100": (("a",), ("a", "b"), ("a", "b", "c"), ("a", "b", "c"), ("a", "b", "c")),
+    "t4": ((), ("x",), ("x", "y"), ("x", "y"), ("x", "y")),
+}
+R6_SLOTS = {"a100": 8, "t4": 1}
+# The functions' EC2 client gives up on an answer after this long (real seconds); late
+# answers come after R6_LATE.
+R6_READ_TIMEOUT, R6_LATE = 0.4, 0.8
+
+
+def r6_cloud_faults(clouds: Clouds, mode: Mode) -> Figures:
+    # Per virtual minute: one batch per pool (3 SQS calls, a describe page, a launch and
+    # its visibility check) and the sweep's describes, each retried after a throttle:
+    # some 30 calls. 120 leaves room; a loop retrying without backoff makes thousands.
+    figures = Figures("R6 cloud faults", "aws", limits={"calls_per_minute": 120})
+    for _ in range(2 if mode.long else 1):
+        clean = _r6_run(clouds, inject=False)
+        faulty = _r6_run(clouds, inject=mode.inject)
+        figures.runs += 1
+        figures.launches_expected += clean["launches"]
+        figures.launches_made += faulty["launches"]
+        figures.leaked += max(0, faulty["live"] - clean["live"])
+        figures.lost += faulty["lost"]
+        _escaped(figures, faulty["escaped"])
+        figures.faults += faulty["faults"]
+        figures.converge_passes = max(figures.converge_passes, faulty["passes"])
+        figures.converge_seconds = max(figures.converge_seconds, faulty["seconds"])
+        figures.calls_per_minute = max(figures.calls_per_minute or 0, faulty["rate"])
+        for kind, count in faulty["served"].items():
+            figures.extra[kind] = figures.extra.get(kind, 0) + count
+    return figures
+
+
+def _r6_run(clouds: Clouds, inject: bool) -> dict[str, Any]:
+    aws = clouds.aws()
+    image = aws.image_id()
+    config = pool_config(
+        pool("a100", image, max_instances=5),
+        pool("t4", image, instance_type="g4dn.xlarge", max_instances=5),
+    )
+    rig = Rig(aws, config)
+    impatient = rig.client("ec2", read_timeout=R6_READ_TIMEOUT, connect_timeout=1)
+    rig.functions = rig.new_functions(ec2=impatient)
+    if inject:
+        aws.inject_errors("RequestLimitExceeded", every=3, status=503)
+        aws.inject_errors("InternalError", every=7, status=500)
+        aws.inject_errors("Unavailable", every=11, status=503)
+        # Launches take effect but their answers are lost: the retry must not launch again.
+        aws.answer_late(R6_LATE, every=2, action="RunInstances")
+        aws.fail_next_launch("p4d.24xlarge", "InsufficientInstanceCapacity")
+        aws.fail_next_launch("g4dn.xlarge", "InsufficientInstanceCapacity")
+    before = rig.resources()
+    aws.clear_calls()
+    start = rig.clock.now()
+    sent: set[str] = set()
+    passes, settled, settled_at, settled_passes = 0, 0, 0.0, 0
+    for minute in range(len(R6_BACKLOG["a100"])):
+        for name, backlog in R6_BACKLOG.items():
+            pending = [(f"{name}-{t}", R6_SLOTS[name]) for t in backlog[minute]]
+            sent.add(rig.publish(snapshot(name, minute + 1, rig.clock.now(), pending)))
+        while rig.deliver():
+            passes += 1
+        if minute % 2:
+            rig.functions.sweep()
+            passes += 1
+        launched = sum(len(p.get("launched", [])) for p in rig.logger.passes())
+        if launched != settled:
+            settled, settled_at = launched, (rig.clock.now() - start).total_seconds()
+            settled_passes = passes
+        rig.clock.advance(minutes=1)
+    served = aws.faults_served()
+    rate = rig.calls_per_minute()
+    aws.clear_wire_faults()  # the scenario's own reading of the end state is not a fault
+    dead = rig.dead_lettered()
+    return {
+        "launches": rig.launches_since(before),
+        "live": len(rig.live()),
+        # A record redriven with no reason was given up on: lost, as one that escaped.
+        "lost": sum(1 for m, reason in dead.items() if m in sent and reason is None),
+        "escaped": len(rig.delivery.escaped),
+        "faults": sum(served.values()),
+        "served": served,
+        "passes": settled_passes,
+        "seconds": settled_at,
+        "rate": rate,
+    }
 
 
 def _run_instances(rig: Rig, count: int, tags: list[tuple[str, str]]) -> list[str]:
@@ -292,8 +472,17 @@ def _run_instances(rig: Rig, count: int, tags: list[tuple[str, str]]) -> list[st
     return [i["InstanceId"] for i in response["Instances"]]
 
 
+def _escaped(figures: Figures, count: int) -> None:
+    """Exceptions out of the handler: Lambda retries the whole batch, so nothing is lost,
+    but every record of it, applied or not, runs again; the handler must not raise."""
+    figures.extra["escaped"] = figures.extra.get("escaped", 0) + count
+    figures.limits["escaped"] = 0
+
+
 SCENARIOS: dict[str, Scenario] = {
     "R1 duplicates": r1_duplicates,
     "R2 concurrency": r2_concurrency,
     "R4 foreign and busy": r4_foreign_and_busy,
+    "R5 leftovers": r5_leftovers,
+    "R6 cloud faults": r6_cloud_faults,
 }
