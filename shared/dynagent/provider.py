@@ -3,6 +3,8 @@
 Assumptions, as the adapters meet them:
 - The cloud is eventually consistent: ``launch`` waits (bounded) until what it started
   shows in ``observe``, so the next reconcile of the pool cannot miss it and launch again.
+  Where the wait gives up, a warm function's ``observe`` still counts what it launched
+  until the cloud shows it (EC2: ``WarmState.in_flight``).
 - Launches are idempotent by a token derived from the plan's ``launch_key``: replaying a
   snapshot never starts a second set of instances.
 - Launch failures the cloud reports (capacity, quota, bad parameters) come back as data

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from dynagent.config import Config, Pool, Settings
@@ -19,6 +19,10 @@ from dynagent.provider import LaunchResult, Provider
 from dynagent.snapshot import InvalidSnapshot, Snapshot
 
 ProviderFactory = Callable[[Pool], Provider]
+# How far ahead of the function's clock a snapshot's time may be: clocks drift a little.
+# A snapshot from further ahead comes from a master whose clock is wrong; it would stay
+# "fresh" for as long and date its spot requests' expiry past what EC2 accepts.
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,22 @@ def apply(plan: Plan, provider: Provider) -> LaunchResult | None:
 def apply_snapshot(
     config: Config, snapshot: Snapshot, providers: ProviderFactory, now: datetime
 ) -> Outcome:
-    """Reconcile the snapshot's pool, unless the snapshot is too old to trust."""
+    """Reconcile the snapshot's pool, unless the snapshot is too old to trust.
+
+    Raises InvalidSnapshot for a pool the config does not manage, or a snapshot dated
+    ahead of ``now`` by more than MAX_CLOCK_SKEW: no retry can make either applicable.
+    """
     try:
         pool = config.pool(snapshot.pool)
     except KeyError as error:
         raise InvalidSnapshot(str(error.args[0])) from None
     age = now - snapshot.time
+    if -age > MAX_CLOCK_SKEW:
+        raise InvalidSnapshot(
+            f"time: {snapshot.time.isoformat()} is {format_duration(-age)} ahead of this "
+            f"function's clock (at most {format_duration(MAX_CLOCK_SKEW)} allowed): "
+            "check the publisher's clock"
+        )
     limit = config.settings.max_snapshot_age
     if age > limit:
         return Outcome(

@@ -83,6 +83,10 @@ def parse_snapshot(body: str | bytes) -> Snapshot:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError) as error:
         raise InvalidSnapshot(f"not JSON: {error}") from None
+    except RecursionError:
+        # json's parser recurses per level: "[" * 100000 is a malformed message, not a
+        # crash of the handler that would take the rest of its batch down with it.
+        raise InvalidSnapshot("not JSON: nested too deeply") from None
     return snapshot_from_document(document)
 
 
@@ -101,6 +105,8 @@ def snapshot_from_document(document: Any) -> Snapshot:
         return Snapshot.model_validate(document)
     except ValidationError as error:
         raise InvalidSnapshot(_describe(error)) from None
+    except RecursionError:
+        raise InvalidSnapshot("a field is nested too deeply") from None
 
 
 def _describe(error: ValidationError) -> str:

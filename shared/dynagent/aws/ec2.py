@@ -10,15 +10,15 @@ import base64
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from dynagent.config import AwsProvider, Pool, Settings
-from dynagent.fallback import launch_with_fallback
-from dynagent.fleet import Fleet, Instance, RequestState, SpotRequest
-from dynagent.offerings import Purchase
+from dynagent.fallback import Attempt, launch_with_fallback
+from dynagent.fleet import Fleet, Instance, InstanceState, RequestState, SpotRequest
+from dynagent.offerings import Offering, Purchase
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 from dynagent.provider import LaunchResult
 from dynagent.userdata import agent_startup_script
@@ -52,6 +52,12 @@ _AGENT_ID_COMMAND = (
     '-H "X-aws-ec2-metadata-token-ttl-seconds: 300")" '
     "http://169.254.169.254/latest/meta-data/instance-id"
 )
+
+
+# How long a launch that describe calls did not show yet still counts as the pool's: far
+# beyond EC2's usual lag of seconds, and within max_idle_agent_period, so an instance
+# that never shows is forgotten before anything would have reaped it.
+IN_FLIGHT_FOR = timedelta(minutes=10)
 
 
 class LaunchNotVisible(RuntimeError):
@@ -97,12 +103,15 @@ class Ec2Provider:
         # EC2's largest page, so a 1,000-instance pool is one DescribeInstances call.
         self.page_size = 1000
         self.max_ids_per_call = MAX_IDS_PER_CALL
+        # What this provider's launches started, by id, for the in-flight memory.
+        self._launched: dict[str, Instance | SpotRequest] = {}
 
     # Observe
 
     def observe(self) -> Fleet:
         instances = tuple(self._instances(self._filters(_LIVE_STATES)))
         requests = tuple(self._spot_requests()) if self.config.spot else ()
+        instances, requests = self._with_in_flight(instances, requests)
         if self.config.offerings is None:
             return Fleet(instances=instances, spot_requests=requests)
         return Fleet(
@@ -111,6 +120,29 @@ class Ec2Provider:
             unavailable=self.warm.memory(self.pool.name).unavailable(self.clock()),
             spot_prices=self._spot_prices(),
         )
+
+    def _with_in_flight(
+        self, instances: tuple[Instance, ...], requests: tuple[SpotRequest, ...]
+    ) -> tuple[tuple[Instance, ...], tuple[SpotRequest, ...]]:
+        """Add the launches a wait gave up on that describe calls still do not show.
+
+        EC2 is eventually consistent: without this, the next snapshot (the one that
+        superseded the failed record) would see no new instance and launch again under
+        its own key. Seen once, a launch is the cloud's to report from then on.
+        """
+        memory = self.warm.in_flight.get(self.pool.name)
+        if not memory:
+            return instances, requests
+        seen = {i.id for i in instances} | {r.id for r in requests}
+        seen |= {i.spot_request_id for i in instances if i.spot_request_id}
+        now = self.clock()
+        for launch_id, launched in list(memory.items()):
+            at = launched.launched_at if isinstance(launched, Instance) else launched.created_at
+            if launch_id in seen or now - at > IN_FLIGHT_FOR:
+                del memory[launch_id]
+        extra_instances = tuple(x for x in memory.values() if isinstance(x, Instance))
+        extra_requests = tuple(x for x in memory.values() if isinstance(x, SpotRequest))
+        return instances + extra_instances, requests + extra_requests
 
     def _spot_prices(self) -> dict[str, float]:
         """Spot prices of the pool's types, read at most once an hour by a warm function,
@@ -207,10 +239,23 @@ class Ec2Provider:
             ),
             token=client_token,
         )
+        call = launcher.call(plan.launch_key)
+
+        def remembered(offering: Offering, count: int) -> Attempt:
+            attempt = call(offering, count)
+            for instance_id in attempt.started:
+                self._launched[instance_id] = Instance(
+                    id=instance_id,
+                    state=InstanceState.STARTING,
+                    launched_at=self.clock(),
+                    instance_type=offering.instance_type,
+                    zone=offering.zone,
+                    spot=offering.purchase is Purchase.SPOT,
+                )
+            return attempt
+
         memory = self.warm.memory(self.pool.name)
-        result = launch_with_fallback(
-            plan.launches, launcher.call(plan.launch_key), memory, self.clock()
-        )
+        result = launch_with_fallback(plan.launches, remembered, memory, self.clock())
         self._wait_visible(result.started, requests=False)
         return result
 
@@ -223,6 +268,14 @@ class Ec2Provider:
         response = self.ec2.run_instances(
             MinCount=1, MaxCount=count, ClientToken=client_token(launch_key), **request
         )
+        for item in response["Instances"]:
+            self._launched[item["InstanceId"]] = Instance(
+                id=item["InstanceId"],
+                state=InstanceState.STARTING,
+                launched_at=item.get("LaunchTime") or self.clock(),
+                instance_type=item.get("InstanceType", ""),
+                zone=item.get("SubnetId", ""),
+            )
         return LaunchResult(started=tuple(i["InstanceId"] for i in response["Instances"]))
 
     def _request_spot(self, plan: Plan) -> LaunchResult:
@@ -241,6 +294,12 @@ class Ec2Provider:
             **extra,
         )
         requests = response["SpotInstanceRequests"]
+        for item in requests:
+            self._launched[item["SpotInstanceRequestId"]] = SpotRequest(
+                id=item["SpotInstanceRequestId"],
+                state=RequestState.OPEN,
+                created_at=item.get("CreateTime") or self.clock(),
+            )
         return LaunchResult(started=tuple(r["SpotInstanceRequestId"] for r in requests))
 
     def _launch_specification(self) -> dict[str, Any]:
@@ -315,6 +374,10 @@ class Ec2Provider:
             if not missing:
                 return
             if self.clock() >= deadline:
+                # Counted as the pool's by the next passes of this warm function until
+                # describe shows them; the record fails and is retried all the same.
+                memory = self.warm.in_flight.setdefault(self.pool.name, {})
+                memory.update({i: self._launched[i] for i in missing if i in self._launched})
                 raise LaunchNotVisible(
                     f"pool {self.pool.name!r}: {len(missing)} launched resource(s) not visible "
                     f"after {self.settings.launch_visibility_timeout}: {sorted(missing)}"

@@ -28,6 +28,7 @@ from botocore.exceptions import ClientError
 
 from dynagent.config import AwsProvider
 from dynagent.fallback import Attempt, CapacityMemory
+from dynagent.fleet import Instance, SpotRequest
 from dynagent.offerings import Offering, Purchase
 
 from . import tags
@@ -65,6 +66,10 @@ class WarmState:
     spot_prices: dict[tuple[str, tuple[str, ...]], tuple[datetime, dict[str, float]]] = field(
         default_factory=dict
     )
+
+    # Per pool, launches EC2 accepted but did not yet show in describe calls when the
+    # wait for them ended: id -> what was launched. Observe counts them until it sees them.
+    in_flight: dict[str, dict[str, Instance | SpotRequest]] = field(default_factory=dict)
 
     def memory(self, pool: str) -> CapacityMemory:
         return self.capacity.setdefault(pool, CapacityMemory())

@@ -28,7 +28,7 @@ from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 from .clients import ec2_client, sqs_client
 from .ec2 import Ec2Provider
 from .fleet_launch import WarmState
-from .sqs import send_dead_letter
+from .sqs import DEFAULT_MAX_MESSAGE_BYTES, send_dead_letter
 
 CONFIG_ENV = "DYNAGENT_CONFIG"
 DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_QUEUE_URL"
@@ -53,6 +53,8 @@ class AwsFunctions:
     # Shared by every pass of a warm function: each AMI's root device, launch templates,
     # offerings out of capacity, spot prices.
     warm: WarmState = field(default_factory=WarmState)
+    # The dead-letter queue's MaximumMessageSize, read once by a warm function.
+    _dead_letter_max: int | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def from_environment(cls, logger: Any) -> AwsFunctions:
@@ -100,10 +102,7 @@ class AwsFunctions:
             self._handle_record(record, parsed[record.message_id], newest)
 
         response = process_partial_response(
-            event=event,
-            record_handler=handle,
-            processor=SqsFifoPartialProcessor(skip_group_on_error=True),
-            context=context,
+            event=event, record_handler=handle, processor=_FifoProcessor(), context=context
         )
         self._retry_soon(records, response)
         return dict(response)
@@ -163,13 +162,35 @@ class AwsFunctions:
         )
         if self.dead_letter_url and self.sqs is not None:
             send_dead_letter(
-                self.sqs, self.dead_letter_url, record.body, reason, record.message_id, group
+                self.sqs,
+                self.dead_letter_url,
+                record.body,
+                reason,
+                record.message_id,
+                group,
+                max_bytes=self._dead_letter_size_limit(),
             )
         else:
             self.logger.error(
                 f"no {DEAD_LETTER_ENV} set: the message is dropped",
                 extra={"message_id": record.message_id, "body": record.body},
             )
+
+    def _dead_letter_size_limit(self) -> int:
+        if self._dead_letter_max is None:
+            try:
+                attributes = self.sqs.get_queue_attributes(
+                    QueueUrl=self.dead_letter_url, AttributeNames=["MaximumMessageSize"]
+                )["Attributes"]
+                self._dead_letter_max = int(attributes["MaximumMessageSize"])
+            except (ClientError, KeyError, ValueError) as error:
+                self.logger.warning(
+                    "could not read the dead-letter queue's size limit; assuming "
+                    f"{DEFAULT_MAX_MESSAGE_BYTES} bytes",
+                    extra={"error": str(error)},
+                )
+                self._dead_letter_max = DEFAULT_MAX_MESSAGE_BYTES
+        return self._dead_letter_max
 
     # The sweep function
 
@@ -180,6 +201,19 @@ class AwsFunctions:
         return outcomes
 
 
+class _FifoProcessor(SqsFifoPartialProcessor):
+    """A failed record fails the rest of its pool's group in the batch, never other pools'.
+
+    A batch in which every record failed is reported like any other: Powertools' default
+    raises instead, and then no record comes back after the short retry delay, and the
+    pool's group waits out the queue's whole visibility timeout.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(skip_group_on_error=True)
+        self.raise_on_entire_batch_failure = False
+
+
 def retry_delay(receive_count: int) -> int:
     """Seconds before a failed record's next try: 10, 20, 40, ... at most 300."""
     exponent = min(max(0, receive_count - 1), 10)
@@ -188,7 +222,11 @@ def retry_delay(receive_count: int) -> int:
 
 
 def _parse(body: str | None) -> Snapshot | InvalidSnapshot:
+    """Parsing runs before the batch processor: nothing may escape it, or the whole
+    batch, every pool's records, would fail with no reason given."""
     try:
         return parse_snapshot(body or "")
     except InvalidSnapshot as error:
         return error
+    except Exception as error:  # a body the parser cannot take at all
+        return InvalidSnapshot(f"unreadable: {type(error).__name__}: {error}"[:500])

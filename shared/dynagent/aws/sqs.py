@@ -8,6 +8,11 @@ from dynagent.snapshot import Snapshot
 
 # SQS message attribute values are capped; a reason is a sentence, keep it short.
 _MAX_REASON = 1000
+# A queue's MaximumMessageSize when it cannot be read: SQS's limit before 2025, and the
+# smallest a deployment of ours may have.
+DEFAULT_MAX_MESSAGE_BYTES = 262_144
+REASON_ATTRIBUTE = "dynagent-reason"
+TRUNCATED_ATTRIBUTE = "dynagent-truncated"
 
 
 class SqsPublisher:
@@ -35,16 +40,47 @@ class SqsPublisher:
 
 
 def send_dead_letter(
-    sqs: Any, queue_url: str, body: str, reason: str, message_id: str, group: str | None
+    sqs: Any,
+    queue_url: str,
+    body: str,
+    reason: str,
+    message_id: str,
+    group: str | None,
+    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> None:
-    """Put a message that can never be applied on the dead-letter queue, with why."""
+    """Put a message that can never be applied on the dead-letter queue, with why.
+
+    SQS counts the attributes toward the queue's size limit: a body that came in near the
+    limit is cut to fit beside them, and an attribute says how much was kept.
+    """
+    attributes = {
+        REASON_ATTRIBUTE: _string(reason[:_MAX_REASON]),
+        "source-message-id": _string(message_id),
+    }
+    data = (body or "(empty)").encode()
+    # Room for the truncation note itself, whose digits are not known yet.
+    room = max_bytes - _attributes_size(attributes) - 200
+    if len(data) + _attributes_size(attributes) > max_bytes:
+        kept = data[: max(room, 0)].decode(errors="ignore")
+        note = f"the body is cut to its first {len(kept.encode())} of {len(data)} bytes"
+        attributes[TRUNCATED_ATTRIBUTE] = _string(note)
+        body = kept or "(empty)"
     sqs.send_message(
         QueueUrl=queue_url,
         MessageBody=body or "(empty)",
         MessageGroupId=group or "invalid",
         MessageDeduplicationId=message_id,
-        MessageAttributes={
-            "dynagent-reason": {"DataType": "String", "StringValue": reason[:_MAX_REASON]},
-            "source-message-id": {"DataType": "String", "StringValue": message_id},
-        },
+        MessageAttributes=attributes,
+    )
+
+
+def _string(value: str) -> dict[str, str]:
+    return {"DataType": "String", "StringValue": value}
+
+
+def _attributes_size(attributes: dict[str, dict[str, str]]) -> int:
+    """Bytes SQS counts for message attributes: each name, data type and value."""
+    return sum(
+        len(name.encode()) + len(value["DataType"].encode()) + len(value["StringValue"].encode())
+        for name, value in attributes.items()
     )

@@ -51,6 +51,10 @@ runs, and only for that server's own moto account:
   first, and with a StartTime including the price in effect then. With no price set it
   returns nothing, so code must fall back to the on-demand price.
 
+* SQS counts a message's size as SQS does: the body's UTF-8 bytes plus each message
+  attribute's name, data type and value, against the queue's MaximumMessageSize (moto
+  compares the body's length in characters only, so a message whose attributes push it
+  past the limit, or a body of multi-byte characters, gets through moto and not SQS).
 It also gives tests knobs EC2 has no API for: leave new spot requests open, set a spot
 request's state and status, age an instance or hold it ``pending``, hide new instances
 from the next few DescribeInstances calls (EC2's eventual consistency), and, for the
@@ -105,6 +109,8 @@ from moto.moto_server.werkzeug_app import (
     MotoRequestHandler,
     create_backend_app,
 )
+from moto.sqs.exceptions import InvalidParameterValue
+from moto.sqs.models import SQSBackend
 
 from dynagent.testing.aws_fleet import (
     ON_DEMAND,
@@ -576,6 +582,7 @@ _moto_spot_request_init = SpotInstanceRequest.__init__
 _moto_launch_instance = SpotInstanceRequest.launch_instance
 _moto_spot_status: Any = SpotInstanceRequest.__dict__["status"]
 _moto_spot_create_time: Any = SpotInstanceRequest.__dict__["create_time"]
+_moto_sqs_send_message = SQSBackend.send_message
 _moto_spot_get_filter_value = SpotInstanceRequest.get_filter_value
 _moto_create_fleet = Fleets.create_fleet
 _moto_describe_spot_price_history = SpotInstances.describe_spot_price_history
@@ -911,6 +918,37 @@ def _create_launch_template_version(self: Any) -> Any:
     )
 
 
+# --------------------------------------------------------------------------------------
+# Fix: SQS message size (body bytes and attributes, as SQS counts them)
+# --------------------------------------------------------------------------------------
+
+
+def sqs_message_size(body: str, attributes: Mapping[str, Mapping[str, Any]] | None) -> int:
+    """A message's size as SQS limits it: the body and every attribute's name, type and
+    value, in bytes."""
+    size = len(body.encode())
+    for name, value in (attributes or {}).items():
+        data_type = str(value.get("DataType") or value.get("data_type") or "")
+        text = value.get("StringValue") or value.get("string_value") or ""
+        binary = value.get("BinaryValue") or value.get("binary_value") or b""
+        size += len(name.encode()) + len(data_type.encode()) + len(str(text).encode())
+        size += len(binary)
+    return size
+
+
+def _sqs_send_message(self: Any, queue_name: str, message_body: str, *args: Any, **kw: Any) -> Any:
+    if _knobs_for(self.account_id) is not None:
+        attributes = kw.get("message_attributes", args[0] if args else None)
+        limit = int(self.get_queue(queue_name).maximum_message_size)
+        size = sqs_message_size(message_body, attributes)
+        if size > limit:
+            raise InvalidParameterValue(
+                "One or more parameters are invalid. Reason: Message must be shorter than "
+                f"{limit} bytes."
+            )
+    return _moto_sqs_send_message(self, queue_name, message_body, *args, **kw)
+
+
 # (owner, attribute, replacement): each replaces an attribute the owner defines itself.
 # The method wrappers check that the account is a LocalAws's and otherwise call moto's
 # original. The SpotInstanceRequest properties and filter need no check: they differ
@@ -932,6 +970,7 @@ _PATCHES: Final[tuple[tuple[type, str, object], ...]] = (
     (SpotInstances, "describe_spot_price_history", _describe_spot_price_history),
     (LaunchTemplates, "create_launch_template", _create_launch_template),
     (LaunchTemplates, "create_launch_template_version", _create_launch_template_version),
+    (SQSBackend, "send_message", _sqs_send_message),
 )
 _MISSING: Final = object()
 _saved: list[tuple[type, str, object]] = []
