@@ -222,6 +222,41 @@ class Rig:
         )
         return str(response["MessageId"])
 
+    def send_all(self, messages: list[tuple[str, str]]) -> list[str]:
+        """(body, group) messages in order, ten to a SendMessageBatch call while they fit
+        in one request (256 KiB), as a busy sender would; their message ids."""
+        ids: list[str] = []
+        batch: list[tuple[str, str]] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            entries = []
+            for n, (body, group) in enumerate(batch):
+                self._dedup += 1
+                entries.append(
+                    {
+                        "Id": str(n),
+                        "MessageBody": body,
+                        "MessageGroupId": group,
+                        "MessageDeduplicationId": f"m{self._dedup}",
+                    }
+                )
+            response = self.sqs.send_message_batch(QueueUrl=self.queue, Entries=entries)
+            if response.get("Failed"):
+                raise RuntimeError(f"the queue refused messages: {response['Failed']}")
+            by_entry = {item["Id"]: item["MessageId"] for item in response["Successful"]}
+            ids.extend(by_entry[str(n)] for n in range(len(batch)))
+            batch.clear()
+
+        for body, group in messages:
+            size = len(body.encode()) + sum(len(b.encode()) for b, _ in batch)
+            if len(batch) == 10 or size > 200_000:
+                flush()
+            batch.append((body, group))
+        flush()
+        return ids
+
     def publish(self, item: Snapshot, copy: int = 0) -> str:
         """A snapshot as SqsPublisher sends it; ``copy`` > 0 resends it after the queue's
         deduplication window (another deduplication id), as a restarted master may."""
@@ -285,7 +320,7 @@ class Rig:
 
     def dead_lettered(self) -> dict[str, str | None]:
         """Source message id -> the reason the function gave (None: redriven by SQS after
-        MAX_RECEIVE_COUNT receives, with no reason)."""
+        MAX_RECEIVE_COUNT receives, with no reason). Empties the dead-letter queue."""
         found: dict[str, str | None] = {}
         while True:
             messages = self.sqs.receive_message(
@@ -296,6 +331,14 @@ class Rig:
             ).get("Messages", [])
             if not messages:
                 return found
+            # Read once and deleted: a FIFO group with a message in flight gives no more.
+            self.sqs.delete_message_batch(
+                QueueUrl=self.dead_letters,
+                Entries=[
+                    {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]}
+                    for n, m in enumerate(messages)
+                ],
+            )
             for message in messages:
                 attributes = message.get("MessageAttributes", {})
                 source = attributes.get("source-message-id", {}).get("StringValue")

@@ -8,6 +8,7 @@ fill it), and fills ``Figures`` from what the cloud shows at the end.
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from typing import Any
@@ -460,6 +461,122 @@ def _r6_run(clouds: Clouds, inject: bool) -> dict[str, Any]:
     }
 
 
+# -- R3 -------------------------------------------------------------------------------
+
+R3_BAD_KINDS = (
+    "malformed",
+    "wrong types",
+    "huge array",
+    "unknown pool",
+    "negative slots",
+    "wrong type or version",
+    "256 KB",
+    "deeply nested",
+)
+# Largest body SQS takes (256 KiB) less room for the group and deduplication ids.
+R3_LARGE = 256 * 1024 - 512
+
+
+def r3_bad_input(clouds: Clouds, mode: Mode) -> Figures:
+    # Per batch (10 virtual seconds apart): 3 SQS calls, up to 10 dead letters, a describe
+    # per pool: at most 15, 90 a minute.
+    figures = Figures("R3 bad input", "aws", limits={"calls_per_minute": 120})
+    # The short form runs inside `make test`: 100 records there, the issue's 1,000 here.
+    runs, records = (1, 1000) if mode.long else (1, 100)
+    for run in range(runs):
+        _r3_run(clouds, mode, figures, seeded(f"R3:{run}"), records)
+    return figures
+
+
+def _r3_run(clouds: Clouds, mode: Mode, figures: Figures, rng: Any, records: int) -> None:
+    aws = clouds.aws()
+    image = aws.image_id()
+    config = pool_config(
+        pool("a100", image), pool("sp", image, instance_type="g4dn.xlarge", spot=True)
+    )
+    rig = Rig(aws, config)
+    now = rig.clock.now()
+    seqs = {"a100": 0, "sp": 0}
+    # (body, group, fate, (pool, seq) if good, kind), then by message id
+    planned: list[tuple[str, str, str, Any, str]] = []
+    for _ in range(records):
+        name = rng.choice(("a100", "sp"))
+        seqs[name] += 1
+        good = snapshot(name, seqs[name], now).model_dump(mode="json")
+        roll = rng.random()
+        if not mode.inject or roll < 0.3:
+            planned.append((json.dumps(good), name, "good", (name, seqs[name]), "good"))
+        elif roll < 0.36:
+            # A snapshot from long ago (skipped as stale) or days ahead: valid JSON of
+            # the right shape, so set aside with a reason or skipped, never lost.
+            days = rng.choice((-4000, -1, 2, 3000))
+            good["time"] = (now + timedelta(days=days)).isoformat()
+            planned.append((json.dumps(good), name, "odd", None, f"{days:+} days"))
+        else:
+            kind = rng.choice(R3_BAD_KINDS)
+            group = rng.choice(("a100", "sp", "junk"))
+            planned.append((_r3_bad(kind, good, rng), group, "bad", None, kind))
+    ids = rig.send_all([(body, group) for body, group, *_ in planned])
+    expect = {message_id: plan[2:] for message_id, plan in zip(ids, planned, strict=True)}
+    aws.clear_calls()
+    start = rig.clock.now()
+    delivered: set[str] = set()
+    while batch := rig.deliver():
+        delivered.update(batch)
+        rig.clock.advance(seconds=10)
+    dead = rig.dead_lettered()
+    applied = {(p["pool"], p["seq"]) for p in rig.logger.passes() if not p.get("error")}
+    for message_id, (fate, key, kind) in expect.items():
+        reason = dead.get(message_id)
+        if fate == "bad":
+            figures.faults += message_id in delivered
+            lost = not reason
+        elif fate == "odd":
+            figures.faults += message_id in delivered
+            lost = message_id in dead and not reason
+        else:
+            lost = message_id in dead or key not in applied
+        if lost:
+            figures.lost += 1
+            figures.extra[f"lost {kind}"] = figures.extra.get(f"lost {kind}", 0) + 1
+    figures.runs += 1
+    figures.launches_made += rig.launches_since(set())  # no snapshot asks for any
+    figures.converge_passes = max(figures.converge_passes, rig.delivery.batches)
+    figures.converge_seconds = max(
+        figures.converge_seconds, (rig.clock.now() - start).total_seconds()
+    )
+    figures.calls_per_minute = max(figures.calls_per_minute or 0, rig.calls_per_minute())
+    figures.extra["records"] = figures.extra.get("records", 0) + len(expect)
+    _escaped(figures, len(rig.delivery.escaped))
+
+
+def _r3_bad(kind: str, good: dict[str, Any], rng: Any) -> str:
+    """A record that is not a snapshot this function can apply, of the given kind."""
+    text = json.dumps(good)
+    if kind == "malformed":
+        cut = rng.randrange(1, len(text))
+        return rng.choice((text[:cut], text.replace('"', "'"), text + "}", "\x00" + text))
+    if kind == "wrong types":
+        field, value = rng.choice(
+            (("seq", "seven"), ("time", "yesterday"), ("pending", "all"), ("pool", 7))
+        )
+        return json.dumps({**good, field: value})
+    if kind == "huge array":
+        return json.dumps({**good, "pending": [rng.randrange(9)] * 40_000})
+    if kind == "unknown pool":
+        return json.dumps({**good, "pool": f"zz-{rng.randrange(10**6)}"})
+    if kind == "negative slots":
+        task = {"task": "t", "slots": -rng.randrange(1, 9)}
+        return json.dumps({**good, "pending": [task], "seq": -1 if rng.random() < 0.3 else 1})
+    if kind == "wrong type or version":
+        return json.dumps({**good, **rng.choice(({"type": "pool.delta"}, {"version": 2}))})
+    if kind == "256 KB":
+        document = {**good, "pending": [{"task": "t", "slots": "x"}]}
+        padding = R3_LARGE - len(json.dumps(document)) - len(', "pad": ""')
+        return json.dumps({**document, "pad": "p" * padding})
+    return "[" * 100_000  # deeply nested
+
+
 def _run_instances(rig: Rig, count: int, tags: list[tuple[str, str]]) -> list[str]:
     specs = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags]}]
     response = rig.ec2.run_instances(
@@ -482,6 +599,7 @@ def _escaped(figures: Figures, count: int) -> None:
 SCENARIOS: dict[str, Scenario] = {
     "R1 duplicates": r1_duplicates,
     "R2 concurrency": r2_concurrency,
+    "R3 bad input": r3_bad_input,
     "R4 foreign and busy": r4_foreign_and_busy,
     "R5 leftovers": r5_leftovers,
     "R6 cloud faults": r6_cloud_faults,
