@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from dynagent.testing.aws import LocalAws
 
@@ -414,6 +415,59 @@ def test_an_instance_can_be_aged(aws: LocalAws, ec2: Any, image: str) -> None:
     assert instance["LaunchTime"] == when
     with pytest.raises(ValueError):
         aws.set_launch_time(instance_id, datetime(2030, 1, 2))
+
+
+def test_an_instance_can_be_held_pending(aws: LocalAws, ec2: Any, image: str) -> None:
+    (instance_id,) = ids(run(ec2, image)["Instances"], "InstanceId")
+    aws.set_instance_state(instance_id, "pending")
+    (instance,) = all_instances(ec2)
+    assert instance["State"] == {"Code": 0, "Name": "pending"}
+
+
+# -- faults served -------------------------------------------------------------------------
+
+NO_RETRIES = BotoConfig(retries={"total_max_attempts": 1})
+
+
+def test_every_nth_call_can_be_answered_with_an_error(aws: LocalAws, image: str) -> None:
+    ec2 = aws.client("ec2", config=NO_RETRIES)
+    aws.inject_errors("RequestLimitExceeded", every=2, status=503, action="DescribeInstances")
+    ec2.describe_instances()
+    with pytest.raises(ClientError) as excinfo:
+        ec2.describe_instances()
+    assert error_of(excinfo) == ("RequestLimitExceeded", 503)
+    run(ec2, image)  # another action: not counted by the rule
+    ec2.describe_instances()
+    assert aws.faults_served() == {"error": 1}
+    aws.reset()
+    ec2.describe_instances()
+    ec2.describe_instances()
+    assert aws.faults_served() == {}
+
+
+def test_a_late_answer_times_the_client_out_after_the_call_took_effect(
+    aws: LocalAws, image: str
+) -> None:
+    impatient = aws.client("ec2", config=NO_RETRIES.merge(BotoConfig(read_timeout=0.2)))
+    aws.answer_late(0.6, every=1, action="RunInstances")
+    with pytest.raises(ReadTimeoutError):
+        run(impatient, image)
+    assert len(all_instances(aws.client("ec2"))) == 1
+    assert aws.faults_served() == {"late": 1}
+
+
+def test_hidden_describes_and_refused_launches_are_counted(
+    aws: LocalAws, ec2: Any, image: str
+) -> None:
+    aws.hide_new_instances(describes=2)
+    run(ec2, image)
+    all_instances(ec2)
+    all_instances(ec2)
+    all_instances(ec2)  # visible now: not a fault
+    aws.fail_next_launch("p4d.24xlarge", "VcpuLimitExceeded")
+    with pytest.raises(ClientError):
+        run(ec2, image)
+    assert aws.faults_served() == {"hidden": 2, "refused": 1}
 
 
 # -- calls served ------------------------------------------------------------------------

@@ -56,9 +56,12 @@ runs, and only for that server's own moto account:
   compares the body's length in characters only, so a message whose attributes push it
   past the limit, or a body of multi-byte characters, gets through moto and not SQS).
 It also gives tests knobs EC2 has no API for: leave new spot requests open, set a spot
-request's state and status, age an instance, and hide new instances from the next few
-DescribeInstances calls (EC2's eventual consistency). And it counts the API calls it
-serves, so tests and benchmarks can assert how many pages or writes a code path costs.
+request's state and status, age an instance or hold it ``pending``, hide new instances
+from the next few DescribeInstances calls (EC2's eventual consistency), and, for the
+reliability suite, answer every Nth EC2 call with an error (throttling, 5xx) or late (a
+client timeout on a call that took effect), counting the faults it served. And it counts
+the API calls it serves, so tests and benchmarks can assert how many pages or writes a
+code path costs.
 
 Behaviours checked and left alone, because moto already matches EC2 closely enough:
 spot requests are fulfilled at once and their instance does not inherit the request's
@@ -81,9 +84,11 @@ import itertools
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any, Final, NamedTuple, Self, cast
 from urllib.parse import parse_qs
 
@@ -93,7 +98,7 @@ from moto.core.responses import ActionResult
 from moto.core.utils import utcnow
 from moto.ec2.exceptions import EC2ClientError, InvalidInstanceIdError
 from moto.ec2.models import ec2_backends
-from moto.ec2.models.instances import InstanceBackend
+from moto.ec2.models.instances import InstanceBackend, InstanceState
 from moto.ec2.models.spot_requests import SpotInstanceRequest, SpotRequestBackend
 from moto.ec2.responses.fleets import Fleets
 from moto.ec2.responses.instances import InstanceResponse
@@ -180,12 +185,17 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 class _AccountStampingRecorder:
-    """WSGI middleware: pins every request to this server's moto account and records it."""
+    """WSGI middleware: pins every request to this server's moto account and records it;
+    and serves the wire faults a test asked for (``LocalAws.inject_errors``,
+    ``LocalAws.answer_late``)."""
 
-    def __init__(self, app: WsgiApp, account_id: str, log: CallLog[ApiCall]) -> None:
+    def __init__(
+        self, app: WsgiApp, account_id: str, log: CallLog[ApiCall], knobs: _Knobs | None = None
+    ) -> None:
         self._app = app
         self._account_id = account_id
         self._log = log
+        self._knobs = knobs
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
@@ -193,10 +203,38 @@ class _AccountStampingRecorder:
         # Overwrite, never trust: a client must not reach another server's account.
         environ["HTTP_X_MOTO_ACCOUNT_ID"] = self._account_id
         action = _action_of(environ)
-        if action is not None:
-            service = _signing_service(environ.get("HTTP_AUTHORIZATION", ""))
-            self._log.record(ApiCall(service, action))
-        return self._app(environ, start_response)
+        if action is None:
+            return self._app(environ, start_response)
+        call = ApiCall(_signing_service(environ.get("HTTP_AUTHORIZATION", "")), action)
+        self._log.record(call)
+        knobs = self._knobs
+        fault = knobs.wire_fault(call) if knobs is not None else None
+        if knobs is None or fault is None:
+            return self._app(environ, start_response)
+        if fault.code:
+            knobs.count("error")
+            return _ec2_error(start_response, fault.status, fault.code)
+        # Late: the call is carried out, then its answer waits, as when EC2 acts on a
+        # request whose response the network loses (the client times out and retries).
+        body = list(self._app(environ, start_response))
+        knobs.count("late")
+        time.sleep(fault.delay)
+        return body
+
+
+def _ec2_error(start_response: Callable[..., Any], status: int, code: str) -> list[bytes]:
+    """An EC2 (query protocol) error response, as EC2 sends throttling and server errors."""
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Response><Errors><Error><Code>{code}</Code><Message>{code} (injected by the "
+        "local AWS)</Message></Error></Errors><RequestID>injected</RequestID></Response>"
+    ).encode()
+    reason = HTTPStatus(status).phrase
+    start_response(
+        f"{status} {reason}",
+        [("Content-Type", "text/xml"), ("Content-Length", str(len(body)))],
+    )
+    return [body]
 
 
 class _QuietHandler(MotoRequestHandler, QuietHandler):
@@ -210,12 +248,46 @@ class _QuietHandler(MotoRequestHandler, QuietHandler):
 
 
 @dataclass
+class _WireFault:
+    """Every ``every``-th call of ``service`` (and ``action``, if set) is answered with an
+    error, or answered ``delay`` seconds late; ``seen`` counts the matching calls."""
+
+    service: str
+    action: str | None
+    every: int
+    code: str = ""
+    status: int = 0
+    delay: float = 0.0
+    seen: int = 0
+
+    def strikes(self, call: ApiCall) -> bool:
+        if call.service != self.service or self.action not in (None, call.action):
+            return False
+        self.seen += 1
+        return self.seen % self.every == 0
+
+
+@dataclass
 class _Knobs:
     """Per-account settings the fixes read; tests turn them, reset() restores them."""
 
     fulfil_spot_requests: bool = True
     hide_new_instances_for: int = 0  # DescribeInstances calls a new instance is missing from
     scarcity: Scarcity = field(default_factory=Scarcity)  # capacity, injected errors, prices
+    wire_faults: list[_WireFault] = field(default_factory=list)  # errors and late answers
+    # Faults served so far, by kind ("error", "late", "hidden"); see LocalAws.faults_served.
+    served: dict[str, int] = field(default_factory=dict)
+
+    def count(self, kind: str, n: int = 1) -> None:
+        with _STATE_LOCK:
+            self.served[kind] = self.served.get(kind, 0) + n
+
+    def wire_fault(self, call: ApiCall) -> _WireFault | None:
+        with _STATE_LOCK:
+            for fault in self.wire_faults:
+                if fault.strikes(call):
+                    return fault
+        return None
 
 
 _OWNED: dict[str, _Knobs] = {}  # account id -> knobs, for every running LocalAws
@@ -577,6 +649,8 @@ def _describe_instances(self: Any) -> ActionResult:
     if _knobs_for(self.current_account) is None:
         return _moto_describe_instances(self)
     hidden = _hidden_from_this_describe(self.ec2_backend)
+    if hidden:
+        cast(_Knobs, _knobs_for(self.current_account)).count("hidden")
     asked_for_hidden = sorted(hidden.intersection(self._get_param("InstanceIds", [])))
     if asked_for_hidden:
         # What EC2 says about an id it has not propagated yet.
@@ -969,7 +1043,7 @@ class LocalAws(Service):
         _claim(self._account_id, self._knobs)
         try:
             app = DomainDispatcherApplication(create_backend_app)
-            wrapped = _AccountStampingRecorder(app, self._account_id, self._calls)
+            wrapped = _AccountStampingRecorder(app, self._account_id, self._calls, self._knobs)
             self._server = LoopbackServer(wrapped, "local-aws", handler=_QuietHandler)
         except BaseException:
             _release(self._account_id)
@@ -1071,6 +1145,8 @@ class LocalAws(Service):
         self._knobs.hide_new_instances_for = self._defaults.hide_new_instances_for
         with _STATE_LOCK:
             self._knobs.scarcity.clear()
+            self._knobs.wire_faults.clear()
+            self._knobs.served.clear()
 
     # -- knobs ----------------------------------------------------------------------
 
@@ -1152,6 +1228,61 @@ class LocalAws(Service):
         order; EC2 has no API for it here (it is the Pricing API's), so no action serves it."""
         with _STATE_LOCK:
             self._knobs.scarcity.on_demand_prices[instance_type] = float(price)
+
+    def inject_errors(
+        self,
+        code: str = "RequestLimitExceeded",
+        *,
+        every: int,
+        status: int = 503,
+        service: str = "ec2",
+        action: str | None = None,
+    ) -> None:
+        """Answer every ``every``-th call of ``service`` (and ``action``; None = any) with
+        EC2 error ``code`` and HTTP ``status``, without carrying it out: EC2 throttles with
+        RequestLimitExceeded (503) and fails with InternalError (500) or Unavailable (503),
+        and moto never does. Only EC2's query protocol is spoken, so only service "ec2".
+        Rules add up; the first that strikes answers. reset() removes them."""
+        if service != "ec2":
+            raise ValueError("errors are injected into EC2 calls only")
+        if every < 1:
+            raise ValueError("every must be >= 1")
+        with _STATE_LOCK:
+            self._knobs.wire_faults.append(_WireFault(service, action, every, code, status))
+
+    def answer_late(
+        self, seconds: float, *, every: int, service: str = "ec2", action: str | None = None
+    ) -> None:
+        """Carry out every ``every``-th matching call, then hold its answer ``seconds``
+        (real time): a client whose read timeout is shorter sees a timeout for a call that
+        took effect, as when the network loses EC2's answer, and must retry safely."""
+        if every < 1 or seconds < 0:
+            raise ValueError("every must be >= 1 and seconds >= 0")
+        with _STATE_LOCK:
+            self._knobs.wire_faults.append(_WireFault(service, action, every, delay=seconds))
+
+    def clear_wire_faults(self) -> None:
+        with _STATE_LOCK:
+            self._knobs.wire_faults.clear()
+
+    def faults_served(self) -> dict[str, int]:
+        """Faults this server actually served since reset(), by kind: "error" (injected
+        error answers), "late" (late answers), "hidden" (DescribeInstances calls that hid a
+        new instance), "refused" (fail_next_launch errors and capacity refusals). A test
+        whose injection never struck proves nothing, so it can check these."""
+        with _STATE_LOCK:
+            served = dict(self._knobs.served)
+            refused = self._knobs.scarcity.refusals_served
+        if refused:
+            served["refused"] = refused
+        return served
+
+    def set_instance_state(self, instance_id: str, state: str) -> None:
+        """Put an instance into an EC2 state (say "pending": moto starts every instance
+        "running" at once, so an instance stuck booting needs this)."""
+        codes = {"pending": 0, "running": 16, "stopping": 64, "stopped": 80}
+        instance = self.ec2_backend().get_instance(instance_id)
+        instance._state = InstanceState(state, codes[state])
 
     def fulfil_spot_request(self, request_id: str) -> str:
         """Fulfil an open spot request now, as EC2 eventually would; returns the instance id."""

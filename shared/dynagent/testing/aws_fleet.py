@@ -148,10 +148,13 @@ class Scarcity:
     # (type, zone) -> [(naive UTC time, price)] in the order set
     spot_prices: dict[tuple[str, str], list[tuple[datetime, float]]] = field(default_factory=dict)
     on_demand_prices: dict[str, float] = field(default_factory=dict)
+    # Injected errors and capacity refusals served, so a test can tell its faults landed.
+    refusals_served: int = 0
 
     def clear(self) -> None:
         self.limits.clear()
         self.failures.clear()
+        self.refusals_served = 0
         self.spot_prices.clear()
         self.on_demand_prices.clear()
 
@@ -178,6 +181,7 @@ class Scarcity:
         for failure in self.failures:
             if failure.matches(site):
                 self.failures.remove(failure)
+                self.refusals_served += 1
                 return failure.code
         return None
 
@@ -187,6 +191,7 @@ class Scarcity:
 
     def insufficient_capacity(self, site: Site, zones: list[str]) -> ServerError:
         """EC2's InsufficientInstanceCapacity, naming the zones that still have capacity."""
+        self.refusals_served += 1
         if site.purchase == SPOT:
             return ServerError(INSUFFICIENT_CAPACITY, _NO_SPOT_CAPACITY)
         others = [
