@@ -35,9 +35,9 @@ def build_function(source: Path, artifacts: Path, config: Path) -> None:
     target = artifacts / "dynagent"
     if target.exists():
         shutil.rmtree(target)
-    # The other cloud's adapter, the local clouds, the demo and the simulator never run
+    # The other cloud's adapter, the local clouds, the demo, the simulator and the bridge never run
     # in a Lambda: leave them out of the package.
-    unused = ("gcp", "testing", "demo", "simulate")
+    unused = ("gcp", "testing", "demo", "simulate", "bridge")
     shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *unused))
     shutil.copy2(config, artifacts / CONFIG_NAME)
     print(f"build.py: {', '.join(h.name for h in handlers)} + dynagent + {config} -> {artifacts}")

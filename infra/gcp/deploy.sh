@@ -379,7 +379,7 @@ stage_source() {
   fi
   # Only what runs in a Cloud Function: not the AWS adapter, local clouds, demo, simulator.
   (cd "$ROOT/shared" && tar --exclude=__pycache__ --exclude='*.pyc' \
-    --exclude=dynagent/aws --exclude=dynagent/testing --exclude=dynagent/demo \
+    --exclude=dynagent/aws --exclude=dynagent/testing --exclude=dynagent/demo --exclude=dynagent/bridge \
     --exclude=dynagent/simulate -cf - dynagent) |
     (cd "$SOURCE" && tar -xf -)
   cp "$HERE/requirements.txt" "$SOURCE/requirements.txt"

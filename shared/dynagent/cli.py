@@ -1,5 +1,5 @@
 """The ``dynagent`` command: validate a config, publish a snapshot, preview a plan, demo,
-simulate."""
+simulate, and bridge a Determined master to the queue."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from dynagent.bridge import command as bridge_command
 from dynagent.config import AwsProvider, Config, ConfigError, load_config
 from dynagent.durations import format_duration
 from dynagent.offerings import Catalog
@@ -65,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     simulate_command.add_parser(commands)
+    bridge_command.add_parser(commands)
     return parser
 
 

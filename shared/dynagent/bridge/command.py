@@ -1,0 +1,88 @@
+"""``dynagent bridge``: its command line, credentials and output."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from dynagent.config import load_config
+from dynagent.snapshot import Snapshot
+
+from .client import Credentials, MasterClient
+
+
+def add_parser(commands: Any) -> None:
+    bridge = commands.add_parser(
+        "bridge",
+        help="publish snapshots of a Determined master's pools (runs next to the master)",
+        description="Read a stock Determined master's REST API and publish one snapshot per "
+        "managed pool on every change and at least every 30 s. Credentials: DET_USER and "
+        "DET_PASS, or --token-file.",
+    )
+    bridge.add_argument("--master", default=os.environ.get("DET_MASTER"), help="$DET_MASTER")
+    bridge.add_argument("--config", required=True, help="the pool config the functions use")
+    target = bridge.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to", metavar="DESTINATION", help="SQS FIFO queue URL or Pub/Sub topic")
+    target.add_argument("--print", action="store_true", help="snapshots as JSON lines on stdout")
+    bridge.add_argument("--region", help="the queue's region, if its URL does not say")
+    bridge.add_argument("--once", action="store_true", help="one pass, then exit")
+    bridge.add_argument("--token-file", help="a file holding an access token (det token create)")
+    bridge.add_argument("--cert", help="a CA bundle for the master's TLS certificate")
+    bridge.set_defaults(run=run)
+
+
+class _Printer:
+    def publish(self, snapshot: Snapshot) -> str:
+        print(snapshot.to_json(), flush=True)
+        return snapshot.dedup_id
+
+
+def credentials(token_file: str | None, env: dict[str, str] | os._Environ[str]) -> Credentials:
+    if token_file:
+        token = Path(token_file).read_text().strip()
+        if not token:
+            raise ValueError(f"--token-file {token_file}: the file is empty")
+        return Credentials(token=token)
+    user = env.get("DET_USER", "")
+    if not user:
+        raise ValueError("no credentials: set DET_USER and DET_PASS, or give --token-file")
+    return Credentials(user=user, password=env.get("DET_PASS", ""))
+
+
+def run(args: argparse.Namespace) -> int:
+    from dynagent.publish import publisher_for
+
+    from .client import MasterUnavailable
+    from .loop import Bridge, BridgeRefused
+
+    if not args.master:
+        raise ValueError("--master is required (or set DET_MASTER)")
+    config = load_config(args.config)
+    master = MasterClient(args.master, credentials(args.token_file, os.environ), ca_file=args.cert)
+    sink = _Printer() if args.print else publisher_for(args.to, args.region)
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    bridge = Bridge(config, master, sink)
+    try:
+        if args.once:
+            bridge.run_once()
+            if bridge.outage_since is not None:
+                raise MasterUnavailable("the master could not be read: nothing published")
+            return 0
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        bridge.sleep = stop.wait  # a SIGTERM ends the wait at once
+        bridge.run_forever(stop.is_set)
+    except (BridgeRefused, MasterUnavailable) as error:
+        print(f"dynagent bridge: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,104 @@
+"""Drain before terminate: which agents the bridge disables with drain, and enables again.
+
+An agent idle for the pool's ``max_idle_agent_period`` is drained through the master
+(it takes no new task), while the pool keeps ``min_instances`` enabled agents and no
+task waits. Only then does the snapshot report it draining, and only a draining, empty
+agent may the functions terminate. As soon as pending tasks could use a drained agent,
+it is enabled again, in the same pass and before the snapshot that would otherwise
+make the functions launch for them.
+
+What it remembers (when each agent went idle, which agents it drained) lives in the
+process: after a restart, idle periods start over, and an agent the master lists as
+draining is claimed by draining it again, which the master refuses (HTTP 500) for one
+that is only reconnecting. A reconnecting agent is never reported as draining.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from dynagent.config import Pool
+from dynagent.durations import format_duration
+
+from .reading import AgentReading, PoolReading
+
+
+@dataclass(frozen=True)
+class DrainAction:
+    agent_id: str
+    enable: bool  # False: disable with drain
+    reason: str
+
+
+@dataclass
+class Drainer:
+    idle_since: dict[str, datetime] = field(default_factory=dict)
+    drained: set[str] = field(default_factory=set)
+
+    def actions(self, pool: Pool, reading: PoolReading, now: datetime) -> list[DrainAction]:
+        present = {agent.id for agent in reading.agents}
+        self.drained &= present
+        for agent in reading.agents:
+            if agent.enabled and not agent.draining and agent.idle:
+                self.idle_since.setdefault(agent.id, now)
+            else:
+                self.idle_since.pop(agent.id, None)
+        for gone in set(self.idle_since) - present:
+            del self.idle_since[gone]
+        enables = self._enables(reading)
+        if enables or not pool.provider.drain_idle_agents:
+            return enables
+        return self._claims(reading) + self._drains(pool, reading, now)
+
+    def reported_draining(self, agent: AgentReading) -> bool:
+        """Whether the snapshot may say draining: only agents this bridge drained."""
+        return agent.draining and agent.id in self.drained
+
+    def _enables(self, reading: PoolReading) -> list[DrainAction]:
+        """Drained agents back to work while pending tasks need more than the enabled
+        agents have free: the most free first."""
+        if not reading.pending:
+            return []
+        enabled = [a for a in reading.agents if a.enabled and not a.draining]
+        wanted = sum(task.slots for task in reading.pending)
+        free = sum(a.slots - a.used_slots for a in enabled)
+        zero_slot = any(task.slots == 0 for task in reading.pending)
+        ours = [a for a in reading.agents if a.id in self.drained and a.draining]
+        actions: list[DrainAction] = []
+        for agent in sorted(ours, key=lambda a: (a.used_slots - a.slots, a.id)):
+            if free >= wanted and not (zero_slot and not enabled and not actions):
+                break
+            free += agent.slots - agent.used_slots
+            actions.append(DrainAction(agent.id, True, "pending tasks can use it"))
+        return actions
+
+    def _claims(self, reading: PoolReading) -> list[DrainAction]:
+        """Agents listed draining that this process did not drain (it restarted, or an
+        admin did): drained again, which tells them from reconnecting ones."""
+        return [
+            DrainAction(a.id, False, "listed draining: drained again to tell it is ours")
+            for a in reading.agents
+            if a.draining and not a.enabled and a.id not in self.drained and a.idle
+        ]
+
+    def _drains(self, pool: Pool, reading: PoolReading, now: datetime) -> list[DrainAction]:
+        if reading.pending:
+            return []  # the master may place a waiting task on any idle agent
+        provider = pool.provider
+        limit = provider.max_idle_agent_period
+        enabled = sum(1 for a in reading.agents if a.enabled and not a.draining)
+        idle = sorted(
+            (since, agent_id) for agent_id, since in self.idle_since.items() if now - since >= limit
+        )
+        actions: list[DrainAction] = []
+        for since, agent_id in idle:
+            if enabled <= provider.min_instances:
+                break
+            enabled -= 1
+            reason = (
+                f"idle for {format_duration(now - since)} "
+                f"(max_idle_agent_period {format_duration(limit)})"
+            )
+            actions.append(DrainAction(agent_id, False, reason))
+        return actions

@@ -1,0 +1,170 @@
+"""The bridge's passes: read the master whole, drain, publish what changed.
+
+A pass that cannot read the master completely publishes nothing: the functions then
+act on the last snapshot they had, and on ``max_disconnected_period`` for agents that
+stay missing. An outage is logged once, with its end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from dynagent.config import Config
+from dynagent.durations import format_duration
+from dynagent.snapshot import Snapshot
+
+from .client import MasterClient, MasterRefused, MasterUnavailable
+from .drain import Drainer
+from .reading import PROVISIONED_TYPES, AgentReading, PoolReading, read_pools
+
+# A snapshot at least this often, changed or not: the functions' heartbeat.
+HEARTBEAT = timedelta(seconds=30)
+INTERVAL_SECONDS = 5.0
+MAX_BACKOFF_SECONDS = 60.0
+
+
+class Sink(Protocol):
+    def publish(self, snapshot: Snapshot) -> object: ...
+
+
+class BridgeRefused(Exception):
+    """A configuration the bridge must not run with (a pool Determined provisions)."""
+
+
+@dataclass
+class _Published:
+    at: datetime
+    content: tuple[object, ...]
+
+
+@dataclass
+class Bridge:
+    config: Config
+    master: MasterClient
+    sink: Sink
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    sleep: Callable[[float], object] = time.sleep
+    logger: Any = field(default_factory=lambda: logging.getLogger("dynagent.bridge"))
+    drainer: Drainer = field(default_factory=Drainer)
+    last: dict[str, _Published] = field(default_factory=dict)
+    seq: int = 0
+    outage_since: datetime | None = None
+    missing_logged: set[str] = field(default_factory=set)
+
+    def run_once(self) -> list[Snapshot]:
+        """One pass; the snapshots it published (none when the master was not read)."""
+        now = self.clock()
+        try:
+            readings = self._read()
+        except MasterUnavailable as error:
+            if self.outage_since is None:
+                self.outage_since = now
+                self.logger.warning(
+                    "master unavailable: publishing nothing until it answers",
+                    extra={"error": str(error)},
+                )
+            return []
+        if self.outage_since is not None:
+            self.logger.warning(
+                "master answering again",
+                extra={"outage": format_duration(now - self.outage_since)},
+            )
+            self.outage_since = None
+        published = []
+        for name, pool in self.config.pools.items():
+            reading = readings.get(name)
+            if reading is None:
+                if name not in self.missing_logged:
+                    self.missing_logged.add(name)
+                    self.logger.warning(f"pool {name!r} is not in the master's resource pools")
+                continue
+            reading = self._drain(pool.name, reading, now)
+            snapshot = self._snapshot(reading, now)
+            if snapshot is not None:
+                self.sink.publish(snapshot)
+                published.append(snapshot)
+        return published
+
+    def run_forever(self, should_stop: Callable[[], bool] = lambda: False) -> None:
+        failures = 0
+        while not should_stop():
+            self.run_once()
+            failures = failures + 1 if self.outage_since is not None else 0
+            # Back off while the master is down: 5 s, 10 s, ... at most a minute.
+            delay = min(INTERVAL_SECONDS * (2 ** max(0, failures - 1)), MAX_BACKOFF_SECONDS)
+            self.sleep(delay)
+
+    def _read(self) -> dict[str, PoolReading]:
+        pools = self.master.resource_pools()
+        managed = set(self.config.pools)
+        for pool in pools:
+            if pool.get("name") in managed and pool.get("type") in PROVISIONED_TYPES:
+                raise BridgeRefused(
+                    f"pool {pool['name']!r} is provisioned by the master itself "
+                    f"({pool['type']}): two autoscalers on one pool fight over it; "
+                    "remove its provider from the master's config or the pool from dynagent's"
+                )
+        agents = self.master.agents()
+        allocations = self.master.allocations()
+        listed = {str(pool.get("name")) for pool in pools}
+        jobs = {name: self.master.job_queue(name) for name in sorted(managed & listed)}
+        return read_pools(agents, pools, allocations, jobs)
+
+    def _drain(self, pool_name: str, reading: PoolReading, now: datetime) -> PoolReading:
+        pool = self.config.pool(pool_name)
+        for action in self.drainer.actions(pool, reading, now):
+            try:
+                if action.enable:
+                    self.master.enable(action.agent_id)
+                else:
+                    self.master.disable(action.agent_id)
+            except (MasterRefused, MasterUnavailable) as error:
+                # A reconnecting agent refuses (HTTP 500); the next pass tries again.
+                self.logger.warning(
+                    f"could not {'enable' if action.enable else 'drain'} agent "
+                    f"{action.agent_id}: {error}",
+                    extra={"pool": pool_name},
+                )
+                continue
+            self.logger.info(
+                f"{'enabled' if action.enable else 'drained'} agent {action.agent_id}: "
+                f"{action.reason}",
+                extra={"pool": pool_name},
+            )
+            agent = _agent(reading, action.agent_id)
+            if action.enable:
+                self.drainer.drained.discard(action.agent_id)
+                reading = reading.with_agent(_with(agent, enabled=True, draining=False))
+            else:
+                self.drainer.drained.add(action.agent_id)
+                reading = reading.with_agent(_with(agent, enabled=False, draining=True))
+        return reading
+
+    def _snapshot(self, reading: PoolReading, now: datetime) -> Snapshot | None:
+        """The pool's snapshot if it changed or the heartbeat is due, else None."""
+        agents = tuple(a.as_agent(self.drainer.reported_draining(a)) for a in reading.agents)
+        content = (reading.pending, agents)
+        last = self.last.get(reading.name)
+        if last is not None and last.content == content and now - last.at < HEARTBEAT:
+            return None
+        # Strictly increasing across restarts too: milliseconds of the clock, or one more.
+        self.seq = max(self.seq + 1, int(now.timestamp() * 1000))
+        self.last[reading.name] = _Published(now, content)
+        return Snapshot(
+            pool=reading.name, seq=self.seq, time=now, pending=reading.pending, agents=agents
+        )
+
+
+def _agent(reading: PoolReading, agent_id: str) -> AgentReading:
+    return next(a for a in reading.agents if a.id == agent_id)
+
+
+def _with(agent: AgentReading, *, enabled: bool, draining: bool) -> AgentReading:
+    return AgentReading(
+        agent.id, agent.slots, agent.used_slots, agent.tasks, enabled=enabled, draining=draining
+    )

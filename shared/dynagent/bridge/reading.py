@@ -1,0 +1,122 @@
+"""What one read of the master says about each resource pool: pure, from its JSON.
+
+Agents come from ``/api/v1/agents`` (a slot is used when it holds a container), the
+tasks on each agent and the unplaced allocations from ``/api/v1/tasks`` (a zero-slot
+task shows only there: in no slot and in no agent's containers), and queued jobs from
+``/api/v1/job-queues-v2``, which add demand the allocations do not show yet.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dynagent.snapshot import Agent, PendingTask
+
+Json = dict[str, Any]
+PROVISIONED_TYPES = frozenset({"RESOURCE_POOL_TYPE_AWS", "RESOURCE_POOL_TYPE_GCP"})
+
+
+@dataclass(frozen=True)
+class AgentReading:
+    id: str
+    slots: int
+    used_slots: int
+    tasks: int
+    enabled: bool
+    draining: bool
+
+    @property
+    def idle(self) -> bool:
+        return self.used_slots == 0 and self.tasks == 0
+
+    def as_agent(self, draining: bool) -> Agent:
+        return Agent(
+            id=self.id,
+            slots=self.slots,
+            used_slots=self.used_slots,
+            draining=draining,
+            tasks=self.tasks,
+        )
+
+
+@dataclass(frozen=True)
+class PoolReading:
+    name: str
+    type: str
+    agents: tuple[AgentReading, ...] = ()
+    pending: tuple[PendingTask, ...] = ()
+
+    @property
+    def provisioned_by_determined(self) -> bool:
+        return self.type in PROVISIONED_TYPES
+
+    def with_agent(self, agent: AgentReading) -> PoolReading:
+        agents = tuple(agent if a.id == agent.id else a for a in self.agents)
+        return replace(self, agents=agents)
+
+
+def read_pools(
+    agents: Sequence[Json],
+    pools: Sequence[Json],
+    allocations: Sequence[Json],
+    jobs: Mapping[str, Sequence[Json]],
+) -> dict[str, PoolReading]:
+    """Every pool the master lists, with its agents and pending demand."""
+    tasks_on = Counter[str]()
+    pending: dict[str, list[PendingTask]] = defaultdict(list)
+    for allocation in allocations:
+        placed = {
+            agent_id
+            for resources in allocation.get("resources") or []
+            for agent_id in (resources.get("agentDevices") or {})
+        }
+        tasks_on.update(placed)
+        if not placed:
+            slots = int(allocation.get("slotsNeeded") or 0)
+            name = str(allocation.get("allocationId") or allocation.get("taskId"))
+            pending[str(allocation.get("resourcePool") or "")].append(PendingTask(name, slots))
+    by_pool: dict[str, list[AgentReading]] = defaultdict(list)
+    for item in agents:
+        devices: list[Json] = list((item.get("slots") or {}).values())
+        reading = AgentReading(
+            id=str(item["id"]),
+            slots=len(devices),
+            used_slots=len([slot for slot in devices if slot.get("container")]),
+            tasks=tasks_on[str(item["id"])],
+            enabled=bool(item.get("enabled")),
+            draining=bool(item.get("draining")),
+        )
+        for pool in item.get("resourcePools") or []:
+            by_pool[str(pool)].append(reading)
+    return {
+        name: PoolReading(
+            name=name,
+            type=str(pool.get("type") or ""),
+            agents=tuple(sorted(by_pool[name], key=lambda a: a.id)),
+            pending=tuple(pending[name]) + _queued_beyond(pending[name], jobs.get(name, ())),
+        )
+        for pool in pools
+        if (name := str(pool.get("name") or ""))
+    }
+
+
+def _queued_beyond(pending: list[PendingTask], jobs: Sequence[Json]) -> tuple[PendingTask, ...]:
+    """Queued jobs' slots that no unplaced allocation accounts for yet.
+
+    A job's allocations are not named in the queue, so the match is by slots, in queue
+    order: the first queued jobs are the ones the pending allocations belong to.
+    """
+    unaccounted = sum(task.slots for task in pending)
+    extra = []
+    for job in jobs:
+        if (job.get("summary") or {}).get("state") != "STATE_QUEUED":
+            continue
+        missing = int(job.get("requestedSlots") or 0) - int(job.get("allocatedSlots") or 0)
+        taken = min(max(missing, 0), unaccounted)
+        unaccounted -= taken
+        if missing - taken > 0:
+            extra.append(PendingTask(f"job:{job.get('jobId')}", missing - taken))
+    return tuple(extra)
