@@ -18,6 +18,7 @@ import pytest
 
 if TYPE_CHECKING:
     from dynagent.testing.aws import LocalAws
+    from dynagent.testing.determined import LocalDetermined
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +45,24 @@ def ec2(aws: LocalAws) -> Any:
 @pytest.fixture
 def sqs(aws: LocalAws) -> Any:
     return aws.client("sqs")
+
+
+# The local Determined master: for the bridge's tests and the ones that hold it to
+# Determined's own client (tests/determined).
+
+
+@pytest.fixture(scope="session")
+def local_master() -> Iterator[LocalDetermined]:
+    from dynagent.testing.determined import LocalDetermined
+
+    with LocalDetermined() as server:
+        yield server
+
+
+@pytest.fixture
+def master(local_master: LocalDetermined) -> LocalDetermined:
+    """The session's master, reset: the ``default`` pool, users admin and determined,
+    knobs off, no calls recorded."""
+    local_master.reset()
+    local_master.clear_calls()
+    return local_master

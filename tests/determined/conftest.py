@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,23 +29,6 @@ ADMIN = ("admin", DEFAULT_PASSWORD)
 DET = Path(sys.executable).with_name("det")
 
 RunDet = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture(scope="session")
-def local_master() -> Iterator[LocalDetermined]:
-    from dynagent.testing.determined import LocalDetermined
-
-    with LocalDetermined() as server:
-        yield server
-
-
-@pytest.fixture
-def master(local_master: LocalDetermined) -> LocalDetermined:
-    """The session's master, reset: the ``default`` pool, users admin and determined,
-    knobs off, no calls recorded."""
-    local_master.reset()
-    local_master.clear_calls()
-    return local_master
 
 
 @pytest.fixture
