@@ -62,7 +62,9 @@ def test_user_data_runs_startup_script_then_the_agent(ec2: Any) -> None:
     assert "DET_MASTER_HOST=10.0.0.5" in script and "DET_MASTER_PORT=8080" in script
     assert "DET_RESOURCE_POOL=a100" in script
     assert "--network determined" in script
-    assert "latest/meta-data/instance-id" in script  # the agent id is the instance id
+    # The agent id is the instance id: the snapshot's agents then name their instances.
+    assert "AGENT_ID=$(curl" in script and "latest/meta-data/instance-id" in script
+    assert '-e DET_AGENT_ID="$AGENT_ID"' in script
 
 
 def test_same_launch_key_never_launches_twice(aws: Any, ec2: Any) -> None:

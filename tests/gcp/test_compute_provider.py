@@ -46,7 +46,9 @@ def test_launch_labels_gpus_and_boots_the_agent(compute: LocalCompute) -> None:
     (script,) = [i["value"] for i in vm["metadata"]["items"] if i["key"] == "startup-script"]
     assert script.index("echo hello") < script.index("docker run")
     assert "DET_MASTER_HOST=10.128.0.2" in script and "DET_RESOURCE_POOL=t4" in script
-    assert "computeMetadata/v1/instance/name" in script  # the agent id is the VM's name
+    # The agent id is the VM's name: the snapshot's agents then name their VMs.
+    assert "AGENT_ID=$(curl" in script and "computeMetadata/v1/instance/name" in script
+    assert '-e DET_AGENT_ID="$AGENT_ID"' in script
 
 
 def test_a_replayed_snapshot_never_creates_a_second_vm(compute: LocalCompute) -> None:
