@@ -59,6 +59,7 @@ class _Context:
     settings: Settings
     agents: dict[str, Agent] = field(default_factory=dict)
     terminations: dict[str, str] = field(default_factory=dict)
+    causes: dict[str, str] = field(default_factory=dict)
     cancellations: dict[str, str] = field(default_factory=dict)
     adoptions: list[Adoption] = field(default_factory=list)
     kept_count: int = 0
@@ -110,10 +111,11 @@ class _Context:
     def provider(self) -> ProviderConfig:
         return self.pool.provider
 
-    def terminate(self, instance_id: str, reason: str) -> None:
+    def terminate(self, instance_id: str, reason: str, cause: str = "other") -> None:
         if instance_id in self.terminations:
             return
         self.terminations[instance_id] = reason
+        self.causes[instance_id] = cause
         instance = self.by_id.get(instance_id)
         if instance is not None and instance.live:
             self.kept_count -= 1
@@ -181,7 +183,7 @@ def decide(
         launch_key=_launch_key(pool.name, snapshot, now),
         launch_at=snapshot.time if snapshot else now.replace(second=0, microsecond=0),
         launches=launches,
-        terminations=tuple(Termination(i, r) for i, r in ctx.terminations.items()),
+        terminations=tuple(Termination(i, r, ctx.causes[i]) for i, r in ctx.terminations.items()),
         cancellations=tuple(Cancellation(i, r) for i, r in ctx.cancellations.items()),
         # Adopted before terminated: the managed tags are what allow the terminate.
         adoptions=tuple(ctx.adoptions),
@@ -228,6 +230,7 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
                 reason=f"pending zero-slot tasks need an agent: {', '.join(zero_slot)}",
                 tasks=tuple(zero_slot),
                 offerings=catalog.fallbacks(smallest),
+                cause="zero_slot",
             )
         )
     below_min = provider.min_instances - live - len(launches)
@@ -235,6 +238,7 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
         Launch(
             reason=f"keep min_instances ({provider.min_instances})",
             offerings=catalog.fallbacks(smallest),
+            cause="min_instances",
         )
     ] * max(0, below_min)
     launches += _headroom(ctx, demand, smallest, live + len(launches))
@@ -274,6 +278,7 @@ def _headroom(ctx: _Context, demand: Demand, smallest: Shape, live: int) -> list
     launch = Launch(
         reason=f"keep warm_headroom_slots ({wanted}): {free} free on {smallest.instance_type}",
         offerings=ctx.catalog.fallbacks(smallest),
+        cause="headroom",
     )
     return [launch] * count
 
@@ -291,7 +296,11 @@ def _review_spot_requests(ctx: _Context) -> None:
         if request.state is RequestState.CANCELLED_INSTANCE_RUNNING and request.instance_id:
             if request.instance_id not in managed:
                 ctx.adoptions.append(Adoption(request.id, request.instance_id))
-            ctx.terminate(request.instance_id, f"its spot request {request.id} was cancelled")
+            ctx.terminate(
+                request.instance_id,
+                f"its spot request {request.id} was cancelled",
+                "spot_cancelled",
+            )
         elif request.state is RequestState.OPEN:
             reason = _stale_request_reason(ctx, request)
             if reason:
@@ -330,7 +339,7 @@ def _walk_fleet(ctx: _Context) -> _Survey:
     drain = ctx.provider.drain_idle_agents
     for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
         if not instance.live:
-            ctx.terminate(instance.id, f"instance is {instance.state.value}")
+            ctx.terminate(instance.id, f"instance is {instance.state.value}", "stopped")
             continue
         if agent is None:
             _review_absent(ctx, instance)
@@ -382,6 +391,7 @@ def _review_absent(ctx: _Context, instance: Instance) -> None:
                 instance.id,
                 f"launched {format_duration(starting_for)} ago and never registered "
                 f"(max_agent_starting_period {format_duration(limit)})",
+                "never_registered",
             )
         return
     since = _disconnected_since(ctx, instance)
@@ -391,6 +401,7 @@ def _review_absent(ctx: _Context, instance: Instance) -> None:
             instance.id,
             f"registered agent missing from snapshots for {format_duration(ctx.now - since)} "
             f"(max_disconnected_period {format_duration(limit)})",
+            "disconnected",
         )
 
 
@@ -499,7 +510,9 @@ def _reap_idle(
         reason = f"idle for {format_duration(ctx.now - since)}"
         if provider.drain_idle_agents:
             reason = f"drained by the master and empty ({reason})"
-        ctx.terminate(instance_id, f"{reason} (max_idle_agent_period {format_duration(limit)})")
+        ctx.terminate(
+            instance_id, f"{reason} (max_idle_agent_period {format_duration(limit)})", "idle"
+        )
         live -= 1
 
 
@@ -537,13 +550,13 @@ def _trim_to_max(ctx: _Context) -> None:
     for request in requests[:excess]:
         ctx.cancel(request.id, reason)
         if request.state is RequestState.ACTIVE and request.instance_id:
-            ctx.terminate(request.instance_id, reason)
+            ctx.terminate(request.instance_id, reason, "over_max")
     excess -= min(excess, len(requests))
     candidates = sorted(
         (i for i in ctx.fleet.instances if ctx.kept(i)), key=lambda i: _trim_rank(ctx, i)
     )
     for instance in candidates[:excess]:
-        ctx.terminate(instance.id, reason)
+        ctx.terminate(instance.id, reason, "over_max")
 
 
 def _trim_rank(ctx: _Context, instance: Instance) -> tuple[int, float]:

@@ -8,6 +8,13 @@ from datetime import datetime
 from dynagent.fleet import Mark
 from dynagent.offerings import Offering
 
+# Low-cardinality names for why a plan launches or terminates: metric dimensions.
+LAUNCH_CAUSES = ("demand", "zero_slot", "min_instances", "headroom", "interrupted")
+TERMINATION_CAUSES = (
+    "idle", "never_registered", "disconnected", "stopped", "spot_cancelled", "over_max",
+    "interrupted", "other",
+)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -22,6 +29,8 @@ class Launch:
     reason: str
     tasks: tuple[str, ...] = ()
     offerings: tuple[Offering, ...] = ()
+    # What kind of need, for metrics: one of LAUNCH_CAUSES.
+    cause: str = "demand"
 
     @property
     def offering(self) -> Offering | None:
@@ -36,6 +45,8 @@ class Launch:
 class Termination:
     instance_id: str
     reason: str
+    # Which rule, for metrics: one of TERMINATION_CAUSES.
+    cause: str = "other"
 
 
 @dataclass(frozen=True)
