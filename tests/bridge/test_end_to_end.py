@@ -63,3 +63,44 @@ def test_tasks_scale_the_pool_up_and_drained_agents_down(make_cluster: Any) -> N
     cluster.run(timedelta(minutes=10))
     assert len(cluster.agents) == 1 and cluster.killed() == []
     cluster.check_no_snapshot_lost()
+
+
+def test_a_master_outage_publishes_nothing_and_loses_nothing(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster()
+    trials = [cluster.submit(f"trial-{n}", 8) for n in range(2)]
+    cluster.run_until(lambda: len(cluster.running()) == 2, "two trials running")
+    busy = cluster.busy_agents()
+    assert len(busy) == 2
+
+    cluster.master.down()
+    sent, sweeps = len(cluster.sink.sent), len(cluster.outcomes())
+    cluster.master.finish(trials[0])  # one agent goes idle while nobody can tell
+    cluster.run(timedelta(minutes=5))
+    assert len(cluster.sink.sent) == sent  # the bridge published nothing
+    assert len(cluster.outcomes()) > sweeps  # the sweep ran, every minute
+    assert cluster.terminations() == [] and cluster.agents == busy
+    assert cluster.killed() == []
+
+    cluster.master.up()
+    cluster.step()
+    (after,) = cluster.sink.sent[sent:]
+    assert after.seq in cluster.applied_seqs()
+    assert [(a.id, a.used_slots) for a in after.agents if a.used_slots] == [
+        (next(iter(cluster.master.placement(trials[1]))), 8)
+    ]
+    # The idle period starts when the bridge can see it: the agent goes after it.
+    cluster.run_until(lambda: len(cluster.agents) == 1, "the idle agent drained and gone")
+    assert cluster.state(trials[1]) == "RUNNING" and cluster.killed() == []
+    cluster.check_no_snapshot_lost()
+
+
+def test_a_zero_slot_command_on_an_empty_pool_launches_one_instance(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster()
+    command = cluster.submit("notebook", 0, "COMMAND")
+    cluster.run_until(lambda: cluster.state(command) == "RUNNING", "the command running")
+    assert len(cluster.born) == 1
+    assert list(cluster.master.placement(command)) == list(cluster.born)
+    cluster.run(timedelta(minutes=10))  # it runs there; nothing more, nothing less
+    assert len(cluster.born) == 1 and cluster.agents == set(cluster.born)
+    assert cluster.state(command) == "RUNNING" and cluster.killed() == []
+    cluster.check_no_snapshot_lost()
