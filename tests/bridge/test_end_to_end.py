@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 
+from dynagent.bridge.loop import ENABLE_AFTER_REPORT
+from dynagent.snapshot import DRAINING_REPORT_LEASE, Snapshot
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.determined import LocalDetermined
 
 from ..aws.helpers import config, image_id, pool_document
 from .aws_side import AwsSide
-from .cluster import Cluster, Recorder, VirtualClock
+from .cluster import STEP, Cluster, Recorder, VirtualClock
 
 IDLE = timedelta(minutes=5)
 
@@ -103,4 +105,87 @@ def test_a_zero_slot_command_on_an_empty_pool_launches_one_instance(make_cluster
     cluster.run(timedelta(minutes=10))  # it runs there; nothing more, nothing less
     assert len(cluster.born) == 1 and cluster.agents == set(cluster.born)
     assert cluster.state(command) == "RUNNING" and cluster.killed() == []
+    cluster.check_no_snapshot_lost()
+
+
+def drained_and_published(cluster: Cluster) -> str:
+    """Step until a bridge pass drains an idle agent and publishes it draining; stop
+    there, before the function sees that snapshot. The drained agent's id."""
+    for _ in range(100):
+        cluster.clock.now += STEP
+        cluster.sync_agents()
+        cluster.master.schedule()
+        for snapshot in cluster.bridge_pass():
+            drained = [a.id for a in snapshot.agents if a.draining]
+            if drained:
+                assert cluster.master.agent_state(drained[0]) == (False, True)
+                return drained[0]
+        cluster.deliver()
+        cluster.sweep()
+    raise AssertionError("no agent drained")
+
+
+def bridge_tick(cluster: Cluster) -> list[Snapshot]:
+    """The clock moves, agents come and go, the master schedules, the bridge passes;
+    the queue is not delivered."""
+    cluster.clock.now += STEP
+    cluster.sync_agents()
+    cluster.master.schedule()
+    return cluster.bridge_pass()
+
+
+@pytest.mark.parametrize("order", ["function first", "bridge first", "stale", "retried"])
+def test_a_task_submitted_between_the_drain_and_the_terminate(
+    make_cluster: Any, order: str
+) -> None:
+    """The bridge drained an idle agent and published it draining; a task arrives before
+    the function acts on that snapshot. However the two interleave, the task runs and
+    nothing is killed.
+
+    Found here: with the bridge enabling the agent in its next pass, a draining snapshot
+    the function applied after that (``stale``: its batch taken before, acted on after;
+    ``retried``: redelivered after a failure) terminated the agent under the task the
+    master had placed on it. A draining report is now a lease (DRAINING_REPORT_LEASE):
+    the function acts on it only while it is fresh, and the bridge withdraws it at once
+    but enables the agent only once no function can act on it any more.
+    """
+    cluster: Cluster = make_cluster()
+    trial = cluster.submit("trial-1", 8)
+    cluster.run_until(lambda: cluster.state(trial) == "RUNNING", "the first trial running")
+    cluster.master.finish(trial)
+    agent = drained_and_published(cluster)
+    reported_at = cluster.clock.now
+    side = cluster.cloud
+    assert isinstance(side, AwsSide)
+
+    held = side.receive() if order in ("stale", "retried") else []  # a Lambda took it
+    late = cluster.submit("trial-2", 8)
+    if order == "function first":
+        cluster.deliver()  # the drained, empty agent goes: nothing was placed on it
+        assert agent not in side.alive()
+    else:
+        (snapshot,) = bridge_tick(cluster)
+        # The draining report is withdrawn before any snapshot shows the task, so the
+        # function launches nothing for it; the agent stays drained in the master.
+        assert [a.id for a in snapshot.agents if a.draining] == []
+        assert [t.slots for t in snapshot.pending] == [8]
+        assert cluster.master.agent_state(agent) == (False, True)
+        if order == "stale":
+            side.hand_over(held)  # within the lease: the agent goes, empty
+            assert agent not in side.alive()
+        if order == "retried":
+            while cluster.clock.now - reported_at <= DRAINING_REPORT_LEASE:
+                bridge_tick(cluster)
+            side.hand_over(held)  # past the lease: the agent stays
+            assert agent in side.alive()
+        cluster.deliver()
+        if order != "stale":
+            assert len(cluster.born) == 1  # nothing launched: the agent is for the task
+            cluster.run_until(lambda: cluster.state(late) == "RUNNING", "the late trial")
+            assert cluster.clock.now - reported_at >= ENABLE_AFTER_REPORT
+            assert list(cluster.master.placement(late)) == [agent]
+            assert len(cluster.born) == 1
+    cluster.run_until(lambda: cluster.state(late) == "RUNNING", "the late trial running")
+    cluster.run(timedelta(minutes=2))
+    assert cluster.state(late) == "RUNNING" and cluster.killed() == []
     cluster.check_no_snapshot_lost()
