@@ -62,7 +62,8 @@ def local_master() -> Iterator[LocalDetermined]:
 @pytest.fixture
 def master(local_master: LocalDetermined) -> LocalDetermined:
     """The session's master, reset: the ``default`` pool, users admin and determined,
-    knobs off, no calls recorded."""
+    knobs off, no calls recorded; up again if the last test left it down."""
+    local_master.up()
     local_master.reset()
     local_master.clear_calls()
     return local_master

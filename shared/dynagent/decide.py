@@ -26,7 +26,7 @@ from dynagent.plan import (
     Plan,
     Termination,
 )
-from dynagent.snapshot import Agent, Snapshot
+from dynagent.snapshot import DRAINING_REPORT_LEASE, Agent, Snapshot
 
 _ID = operator.attrgetter("id")
 _STATE = operator.attrgetter("state")
@@ -336,7 +336,10 @@ def _walk_fleet(ctx: _Context) -> _Survey:
     # since <= now - period is now - since >= period, with one subtraction per pass.
     cutoff = ctx.now - ctx.provider.max_idle_agent_period
     terminations, with_snapshot = ctx.terminations, ctx.snapshot is not None
+    # A draining report is a lease for the terminate: past it, the publisher may have
+    # enabled the agent again and the master placed work there (DRAINING_REPORT_LEASE).
     drain = ctx.provider.drain_idle_agents
+    drain_lease = ctx.snapshot is not None and ctx.now - ctx.snapshot.time <= DRAINING_REPORT_LEASE
     for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
         if not instance.live:
             ctx.terminate(instance.id, f"instance is {instance.state.value}", "stopped")
@@ -358,7 +361,7 @@ def _walk_fleet(ctx: _Context) -> _Survey:
         if drain:
             # The master drained it (the bridge waited out the idle period first) and
             # nothing runs on it: nothing new can land there before the terminate.
-            if agent is not None and agent.draining and agent.idle:
+            if drain_lease and agent is not None and agent.draining and agent.idle:
                 survey.idle.append((since or ctx.seen_at, instance.id))
         elif since is not None and since <= cutoff:
             survey.idle.append((since, instance.id))

@@ -8,7 +8,7 @@ is harmless; a later one supersedes it.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -16,6 +16,12 @@ from pydantic.dataclasses import dataclass
 
 SNAPSHOT_TYPE: Final = "pool.snapshot"
 SNAPSHOT_VERSION: Final = 1
+# A snapshot's ``draining: true`` lets the functions terminate the (empty) agent only
+# this long after the snapshot's ``time``: a lease. A publisher that enables an agent
+# it reported draining must first stop reporting it so, and wait until its last such
+# report is older than this plus the clocks' skew; only then can no function still act
+# on that report (a delivery that was slow, or a record retried after a failure).
+DRAINING_REPORT_LEASE: Final = timedelta(seconds=30)
 
 
 class InvalidSnapshot(ValueError):

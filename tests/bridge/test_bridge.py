@@ -195,12 +195,21 @@ def test_an_idle_agent_is_drained_then_reported_and_enabled_for_new_work(
     disables = [c for c in master.calls() if c.path.endswith("/disable")]
     assert len(disables) == 1
 
-    # New work: the drained agent is enabled in the same pass, before the snapshot.
+    # New work: the drained agent is enabled again, before any snapshot shows the task
+    # without it; an agent already reported draining only once no function can act on
+    # that report any more (the end-to-end test found a task killed otherwise).
     master.submit("trial-2", 8, "a100")
     advance(bridge, 0.1)
     (snapshot,) = bridge.run_once()
+    assert master.agent_state(drained[0]) == (False, True)  # still drained in the master
+    assert not any(a.draining for a in snapshot.agents)  # the report withdrawn at once
+    assert [t.slots for t in snapshot.pending] == [8]
+    advance(bridge, 0.5)
+    bridge.run_once()
+    assert master.agent_state(drained[0]) == (False, True)
+    advance(bridge, 0.5)  # 66 s after the draining report
+    bridge.run_once()
     assert master.agent_state(drained[0]) == (True, False)
-    assert not any(a.draining for a in snapshot.agents)
     master.schedule()
 
 

@@ -8,9 +8,10 @@ it draining and empty: nothing new can be placed there before the terminate land
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from dynagent.decide import decide
-from dynagent.snapshot import Agent, parse_snapshot
+from dynagent.snapshot import DRAINING_REPORT_LEASE, Agent, parse_snapshot
 from tests.core.builders import (
     NOW,
     agent_instance,
@@ -43,6 +44,19 @@ def test_a_drained_empty_agent_is_terminated_with_its_reason() -> None:
     plan = decide(DRAINED, cloud, snapshot(agents=[draining("i-1")]), NOW)
     assert [t.instance_id for t in plan.terminations] == ["i-1"]
     assert plan.terminations[0].reason.startswith("drained by the master and empty")
+
+
+def test_a_draining_report_older_than_its_lease_terminates_nothing() -> None:
+    """Found end to end (tests/bridge/test_end_to_end.py): a snapshot saying draining,
+    applied late (a slow delivery, a retried record), terminated an agent the bridge
+    had enabled again meanwhile and the master had placed a task on: the task was
+    killed. The report is a lease: past it the agent stays, and a fresh snapshot from
+    the bridge reports it draining again if it still is."""
+    cloud = fleet(agent_instance("i-1", idle_since=ago(10)))
+    report = snapshot(agents=[draining("i-1")], time=NOW - DRAINING_REPORT_LEASE)
+    assert [t.instance_id for t in decide(DRAINED, cloud, report, NOW).terminations] == ["i-1"]
+    late = NOW + timedelta(seconds=1)
+    assert decide(DRAINED, cloud, report, late).terminations == ()
 
 
 def test_a_draining_agent_still_running_something_is_left_alone() -> None:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from dynagent.config import Config
 from dynagent.durations import format_duration
-from dynagent.snapshot import Snapshot
+from dynagent.snapshot import DRAINING_REPORT_LEASE, Snapshot
 
 from .client import MasterClient, MasterRefused, MasterUnavailable
 from .drain import Drainer
@@ -26,6 +26,9 @@ from .reading import PROVISIONED_TYPES, AgentReading, PoolReading, read_pools
 HEARTBEAT = timedelta(seconds=30)
 INTERVAL_SECONDS = 5.0
 MAX_BACKOFF_SECONDS = 60.0
+# An agent reported draining is enabled again only once its last draining report is
+# this old: the functions' lease on the report, and as much again for the clocks' skew.
+ENABLE_AFTER_REPORT = DRAINING_REPORT_LEASE * 2
 
 
 class Sink(Protocol):
@@ -55,6 +58,11 @@ class Bridge:
     seq: int = 0
     outage_since: datetime | None = None
     missing_logged: set[str] = field(default_factory=set)
+    # By pool: when a published snapshot last said each agent was draining.
+    draining_reported: dict[str, dict[str, datetime]] = field(default_factory=dict)
+    # By pool: drained agents pending tasks want, whose draining report may still be
+    # acted on: reported not draining, enabled in a later pass (ENABLE_AFTER_REPORT).
+    withdrawn: dict[str, set[str]] = field(default_factory=dict)
 
     def run_once(self) -> list[Snapshot]:
         """One pass; the snapshots it published (none when the master was not read)."""
@@ -117,7 +125,27 @@ class Bridge:
 
     def _drain(self, pool_name: str, reading: PoolReading, now: datetime) -> PoolReading:
         pool = self.config.pool(pool_name)
+        present = {agent.id for agent in reading.agents}
+        reported_at = self.draining_reported.setdefault(pool_name, {})
+        for gone in set(reported_at) - present:
+            del reported_at[gone]
+        withdrawn = self.withdrawn.get(pool_name, set())
+        waiting: set[str] = set()
         for action in self.drainer.actions(pool, reading, now):
+            reported = reported_at.get(action.agent_id)
+            if action.enable and reported is not None and now - reported < ENABLE_AFTER_REPORT:
+                # Enabled now, the master could place a task on it while a function
+                # still acts on the last snapshot that said draining, and terminate it
+                # under the task. Report it not draining, and enable it once no
+                # function can act on that report any more.
+                waiting.add(action.agent_id)
+                if action.agent_id not in withdrawn:
+                    self.logger.info(
+                        f"agent {action.agent_id} wanted again: enabled once its draining "
+                        f"report is {format_duration(ENABLE_AFTER_REPORT)} old",
+                        extra={"pool": pool_name},
+                    )
+                continue
             try:
                 if action.enable:
                     self.master.enable(action.agent_id)
@@ -139,15 +167,21 @@ class Bridge:
             agent = _agent(reading, action.agent_id)
             if action.enable:
                 self.drainer.drained.discard(action.agent_id)
+                reported_at.pop(action.agent_id, None)
                 reading = reading.with_agent(_with(agent, enabled=True, draining=False))
             else:
                 self.drainer.drained.add(action.agent_id)
                 reading = reading.with_agent(_with(agent, enabled=False, draining=True))
+        self.withdrawn[pool_name] = waiting
         return reading
 
     def _snapshot(self, reading: PoolReading, now: datetime) -> Snapshot | None:
         """The pool's snapshot if it changed or the heartbeat is due, else None."""
-        agents = tuple(a.as_agent(self.drainer.reported_draining(a)) for a in reading.agents)
+        withdrawn = self.withdrawn.get(reading.name, set())
+        agents = tuple(
+            a.as_agent(self.drainer.reported_draining(a) and a.id not in withdrawn)
+            for a in reading.agents
+        )
         content = (reading.pending, agents)
         last = self.last.get(reading.name)
         if last is not None and last.content == content and now - last.at < HEARTBEAT:
@@ -155,6 +189,11 @@ class Bridge:
         # Strictly increasing across restarts too: milliseconds of the clock, or one more.
         self.seq = max(self.seq + 1, int(now.timestamp() * 1000))
         self.last[reading.name] = _Published(now, content)
+        # Recorded before the publish: a publish that fails may still have been sent.
+        reported_at = self.draining_reported.setdefault(reading.name, {})
+        for agent in agents:
+            if agent.draining:
+                reported_at[agent.id] = now
         return Snapshot(
             pool=reading.name, seq=self.seq, time=now, pending=reading.pending, agents=agents
         )

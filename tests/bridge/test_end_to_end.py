@@ -1,0 +1,191 @@
+"""End to end on AWS: the local Determined master, ``dynagent bridge``, an SQS FIFO queue
+on the local AWS, the reconcile and sweep Lambdas' code, and EC2, on one virtual clock.
+
+The agents the master schedules on are the instances the function launched (see
+``cluster.py``); a task killed because its instance went away fails the test.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from dynagent.bridge.loop import ENABLE_AFTER_REPORT
+from dynagent.snapshot import DRAINING_REPORT_LEASE, Snapshot
+from dynagent.testing.aws import LocalAws
+from dynagent.testing.determined import LocalDetermined
+
+from ..aws.helpers import config, image_id, pool_document
+from .aws_side import AwsSide
+from .cluster import STEP, Cluster, Recorder, VirtualClock
+
+IDLE = timedelta(minutes=5)
+
+
+@pytest.fixture
+def make_cluster(aws: LocalAws, ec2: Any, master: LocalDetermined) -> Any:
+    def make(**provider: Any) -> Cluster:
+        fields = {"drain_idle_agents": True, "max_idle_agent_period": "5m", **provider}
+        cfg = config(pool_document(image_id(ec2), **fields))
+        clock, log = VirtualClock(), Recorder()
+        return Cluster(master, AwsSide(aws, cfg, clock, log), cfg, clock, log)
+
+    return make
+
+
+def test_tasks_scale_the_pool_up_and_drained_agents_down(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster(min_instances=1)
+    cluster.run_until(lambda: len(cluster.agents) == 1, "min_instances: one agent")
+    first = set(cluster.agents)
+
+    trials = [cluster.submit(f"trial-{n}", 8) for n in range(3)]
+    cluster.run_until(lambda: len(cluster.running()) == 3, "three 8-slot trials running")
+    assert len(cluster.agents) == 3 and first <= cluster.agents  # two more were launched
+    assert len(cluster.born) == 3
+
+    for trial in trials:
+        cluster.master.finish(trial)
+    idle_at = cluster.clock.now
+    cluster.run_until(lambda: len(cluster.agents) == 1, "back to min_instances")
+    # Not before the idle period: the bridge drains first, then the function terminates.
+    assert cluster.clock.now - idle_at >= IDLE
+    drained = [
+        a.id for s in cluster.sink.sent for a in s.agents if a.draining and a.used_slots == 0
+    ]
+    terminated = cluster.terminations()
+    assert len(terminated) == 2
+    for instance_id, reason in terminated:
+        assert instance_id in drained
+        assert reason.startswith("drained by the master and empty")
+    disables = [c for c in cluster.master.calls() if c.path.endswith("/disable")]
+    assert len(disables) == 2
+    # It stays there, and nothing ran anywhere it was killed.
+    cluster.run(timedelta(minutes=10))
+    assert len(cluster.agents) == 1 and cluster.killed() == []
+    cluster.check_no_snapshot_lost()
+
+
+def test_a_master_outage_publishes_nothing_and_loses_nothing(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster()
+    trials = [cluster.submit(f"trial-{n}", 8) for n in range(2)]
+    cluster.run_until(lambda: len(cluster.running()) == 2, "two trials running")
+    busy = cluster.busy_agents()
+    assert len(busy) == 2
+
+    cluster.master.down()
+    sent, sweeps = len(cluster.sink.sent), len(cluster.outcomes())
+    cluster.master.finish(trials[0])  # one agent goes idle while nobody can tell
+    cluster.run(timedelta(minutes=5))
+    assert len(cluster.sink.sent) == sent  # the bridge published nothing
+    assert len(cluster.outcomes()) > sweeps  # the sweep ran, every minute
+    assert cluster.terminations() == [] and cluster.agents == busy
+    assert cluster.killed() == []
+
+    cluster.master.up()
+    cluster.step()
+    (after,) = cluster.sink.sent[sent:]
+    assert after.seq in cluster.applied_seqs()
+    assert [(a.id, a.used_slots) for a in after.agents if a.used_slots] == [
+        (next(iter(cluster.master.placement(trials[1]))), 8)
+    ]
+    # The idle period starts when the bridge can see it: the agent goes after it.
+    cluster.run_until(lambda: len(cluster.agents) == 1, "the idle agent drained and gone")
+    assert cluster.state(trials[1]) == "RUNNING" and cluster.killed() == []
+    cluster.check_no_snapshot_lost()
+
+
+def test_a_zero_slot_command_on_an_empty_pool_launches_one_instance(make_cluster: Any) -> None:
+    cluster: Cluster = make_cluster()
+    command = cluster.submit("notebook", 0, "COMMAND")
+    cluster.run_until(lambda: cluster.state(command) == "RUNNING", "the command running")
+    assert len(cluster.born) == 1
+    assert list(cluster.master.placement(command)) == list(cluster.born)
+    cluster.run(timedelta(minutes=10))  # it runs there; nothing more, nothing less
+    assert len(cluster.born) == 1 and cluster.agents == set(cluster.born)
+    assert cluster.state(command) == "RUNNING" and cluster.killed() == []
+    cluster.check_no_snapshot_lost()
+
+
+def drained_and_published(cluster: Cluster) -> str:
+    """Step until a bridge pass drains an idle agent and publishes it draining; stop
+    there, before the function sees that snapshot. The drained agent's id."""
+    for _ in range(100):
+        cluster.clock.now += STEP
+        cluster.sync_agents()
+        cluster.master.schedule()
+        for snapshot in cluster.bridge_pass():
+            drained = [a.id for a in snapshot.agents if a.draining]
+            if drained:
+                assert cluster.master.agent_state(drained[0]) == (False, True)
+                return drained[0]
+        cluster.deliver()
+        cluster.sweep()
+    raise AssertionError("no agent drained")
+
+
+def bridge_tick(cluster: Cluster) -> list[Snapshot]:
+    """The clock moves, agents come and go, the master schedules, the bridge passes;
+    the queue is not delivered."""
+    cluster.clock.now += STEP
+    cluster.sync_agents()
+    cluster.master.schedule()
+    return cluster.bridge_pass()
+
+
+@pytest.mark.parametrize("order", ["function first", "bridge first", "stale", "retried"])
+def test_a_task_submitted_between_the_drain_and_the_terminate(
+    make_cluster: Any, order: str
+) -> None:
+    """The bridge drained an idle agent and published it draining; a task arrives before
+    the function acts on that snapshot. However the two interleave, the task runs and
+    nothing is killed.
+
+    Found here: with the bridge enabling the agent in its next pass, a draining snapshot
+    the function applied after that (``stale``: its batch taken before, acted on after;
+    ``retried``: redelivered after a failure) terminated the agent under the task the
+    master had placed on it. A draining report is now a lease (DRAINING_REPORT_LEASE):
+    the function acts on it only while it is fresh, and the bridge withdraws it at once
+    but enables the agent only once no function can act on it any more.
+    """
+    cluster: Cluster = make_cluster()
+    trial = cluster.submit("trial-1", 8)
+    cluster.run_until(lambda: cluster.state(trial) == "RUNNING", "the first trial running")
+    cluster.master.finish(trial)
+    agent = drained_and_published(cluster)
+    reported_at = cluster.clock.now
+    side = cluster.cloud
+    assert isinstance(side, AwsSide)
+
+    held = side.receive() if order in ("stale", "retried") else []  # a Lambda took it
+    late = cluster.submit("trial-2", 8)
+    if order == "function first":
+        cluster.deliver()  # the drained, empty agent goes: nothing was placed on it
+        assert agent not in side.alive()
+    else:
+        (snapshot,) = bridge_tick(cluster)
+        # The draining report is withdrawn before any snapshot shows the task, so the
+        # function launches nothing for it; the agent stays drained in the master.
+        assert [a.id for a in snapshot.agents if a.draining] == []
+        assert [t.slots for t in snapshot.pending] == [8]
+        assert cluster.master.agent_state(agent) == (False, True)
+        if order == "stale":
+            side.hand_over(held)  # within the lease: the agent goes, empty
+            assert agent not in side.alive()
+        if order == "retried":
+            while cluster.clock.now - reported_at <= DRAINING_REPORT_LEASE:
+                bridge_tick(cluster)
+            side.hand_over(held)  # past the lease: the agent stays
+            assert agent in side.alive()
+        cluster.deliver()
+        if order != "stale":
+            assert len(cluster.born) == 1  # nothing launched: the agent is for the task
+            cluster.run_until(lambda: cluster.state(late) == "RUNNING", "the late trial")
+            assert cluster.clock.now - reported_at >= ENABLE_AFTER_REPORT
+            assert list(cluster.master.placement(late)) == [agent]
+            assert len(cluster.born) == 1
+    cluster.run_until(lambda: cluster.state(late) == "RUNNING", "the late trial running")
+    cluster.run(timedelta(minutes=2))
+    assert cluster.state(late) == "RUNNING" and cluster.killed() == []
+    cluster.check_no_snapshot_lost()
