@@ -327,6 +327,57 @@ def test_only_the_reconcile_function_touches_the_dead_letter_queue(template: Tem
     assert senders == ["ReconcileRole/queues[1]"]
 
 
+# What the snapshot publisher (dynagent bridge, dynagent publish) calls: SqsPublisher sends
+# to the queue URL it is given and looks nothing up. tests/infra runs the bridge against
+# the local AWS and holds its calls to this set.
+PUBLISHER_ACTIONS = {"sqs:SendMessage"}
+SNAPSHOT_QUEUE_ARN = {"Fn::GetAtt": ["SnapshotQueue", "Arn"]}
+
+
+def publisher_grants(template: Template) -> set[tuple[str, str]]:
+    """(action, resource) pairs PublisherPolicy allows; anything but an unconditional
+    Allow of named actions on named resources shows up as a pair to fail on."""
+    policy = template["Resources"]["PublisherPolicy"]
+    assert policy["Type"] == "AWS::IAM::ManagedPolicy"
+    grants = set()
+    for statement in as_list(policy["Properties"]["PolicyDocument"]["Statement"]):
+        if statement.get("Effect") != "Allow" or set(statement) - {"Effect", "Action", "Resource"}:
+            grants.add(("unexpected statement", json.dumps(statement, sort_keys=True)))
+            continue
+        for action in as_list(statement["Action"]):
+            for resource in as_list(statement["Resource"]):
+                grants.add((action, json.dumps(resource, sort_keys=True)))
+    return grants
+
+
+def test_the_publisher_policy_allows_exactly_what_the_publisher_calls(template: Template) -> None:
+    queue = json.dumps(SNAPSHOT_QUEUE_ARN, sort_keys=True)
+    assert publisher_grants(template) == {(action, queue) for action in PUBLISHER_ACTIONS}
+    output = template["Outputs"]["PublisherPolicyArn"]
+    assert output["Value"] == {"Ref": "PublisherPolicy"}
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        {"Effect": "Allow", "Action": "sqs:GetQueueUrl", "Resource": SNAPSHOT_QUEUE_ARN},
+        {"Effect": "Allow", "Action": "sqs:SendMessage", "Resource": "*"},
+        {
+            "Effect": "Allow",
+            "Action": "sqs:SendMessage",
+            "Resource": {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]},
+        },
+        {"Effect": "Allow", "Action": "sqs:*", "Resource": SNAPSHOT_QUEUE_ARN},
+    ],
+)
+def test_the_publisher_check_notices_more(template: Template, statement: Statement) -> None:
+    broken = copy.deepcopy(template)
+    document = broken["Resources"]["PublisherPolicy"]["Properties"]["PolicyDocument"]
+    document["Statement"] = [*as_list(document["Statement"]), statement]
+    queue = json.dumps(SNAPSHOT_QUEUE_ARN, sort_keys=True)
+    assert publisher_grants(broken) != {(action, queue) for action in PUBLISHER_ACTIONS}
+
+
 def test_functions_get_no_policies_from_sam(template: Template) -> None:
     # With a Role of their own, SAM adds nothing (its managed policies are on "*").
     for name, function in functions(template).items():

@@ -18,7 +18,9 @@ ZONES=${DYNAGENT_ZONES:-}
 CONFIG=${DYNAGENT_CONFIG_FILE:-}
 NAME=${DYNAGENT_NAME:-dynagent}
 RUNTIME=${DYNAGENT_RUNTIME:-python313}
+BRIDGE_ACCOUNTS=${DYNAGENT_BRIDGE_SERVICE_ACCOUNT:-}
 DRY_RUN=0
+BRIDGE_LIST=()
 
 # Every API the deployment touches: Cloud Functions gen2 runs on Cloud Run, builds with
 # Cloud Build into Artifact Registry and is triggered through Eventarc.
@@ -58,6 +60,9 @@ usage: infra/gcp/deploy.sh --project P --region R --config FILE [options]
                    (optional guard: every GCP pool's zone must be listed)
   --name NAME      prefix of every resource's name, default dynagent ($DYNAGENT_NAME)
   --runtime ID     Cloud Functions runtime, default python313        ($DYNAGENT_RUNTIME)
+  --bridge-service-account EMAIL
+                   may publish snapshots (dynagent bridge's identity); repeatable
+                                                   ($DYNAGENT_BRIDGE_SERVICE_ACCOUNT)
   --dry-run        print the gcloud commands, one per line, and run none
   -h, --help       this help
 EOF
@@ -77,6 +82,10 @@ parse_args() {
       --zone | --zones) ZONES="${ZONES:+$ZONES,}${2:?--zone needs a value}"; shift ;;
       --name) NAME=${2:?--name needs a value}; shift ;;
       --runtime) RUNTIME=${2:?--runtime needs a value}; shift ;;
+      --bridge-service-account)
+        BRIDGE_ACCOUNTS="${BRIDGE_ACCOUNTS:+$BRIDGE_ACCOUNTS,}${2:?--bridge-service-account needs a value}"
+        shift
+        ;;
       --dry-run) DRY_RUN=1 ;;
       -h | --help) usage; exit 0 ;;
       *) usage >&2; die "unknown argument: $1" ;;
@@ -96,6 +105,12 @@ check_inputs() {
   [[ $NAME =~ ^[a-z][a-z0-9-]{1,25}[a-z0-9]$ ]] ||
     die "--name $NAME: 3-27 lowercase letters, digits or -, starting with a letter"
   [[ $RUNTIME =~ ^python[0-9]+$ ]] || die "--runtime $RUNTIME is not a Python runtime id"
+  local account
+  IFS=, read -ra BRIDGE_LIST <<<"$BRIDGE_ACCOUNTS"
+  for account in "${BRIDGE_LIST[@]}"; do
+    [[ $account =~ ^[a-z0-9._-]+@[a-z0-9.-]+$ ]] ||
+      die "--bridge-service-account $account is not a service account email"
+  done
   if ((!DRY_RUN)); then
     command -v gcloud >/dev/null || die "gcloud is not on PATH (or use --dry-run)"
   fi
@@ -367,6 +382,15 @@ grant_service_account_use() {
     --member="serviceAccount:$FN_ACCOUNT" --role=roles/pubsub.publisher
 }
 
+# The bridge publishes snapshots and does nothing else: publisher on that topic only.
+grant_bridge_publisher() {
+  local account
+  for account in "${BRIDGE_LIST[@]}"; do
+    run_binding gcloud pubsub topics add-iam-policy-binding "$SNAPSHOTS" --project="$PROJECT" \
+      --member="serviceAccount:$account" --role=roles/pubsub.publisher
+  done
+}
+
 stage_source() {
   SOURCE=$WORK/source
   mkdir -p "$SOURCE"
@@ -459,6 +483,8 @@ summary() {
 closing_notes() {
   echo "# masters publish snapshots to projects/$PROJECT/topics/$SNAPSHOTS" \
     "with the pool name as ordering key (dynagent publish --to projects/$PROJECT/topics/$SNAPSHOTS)"
+  [[ -n $BRIDGE_ACCOUNTS ]] ||
+    echo "# no --bridge-service-account: grant the publisher roles/pubsub.publisher on $SNAPSHOTS"
   ((DRY_RUN)) && echo "# dry run: nothing was run"
   return 0
 }
@@ -477,6 +503,7 @@ main() {
   create_service_account
   grant_compute_role
   grant_service_account_use
+  grant_bridge_publisher
   stage_source
   deploy_functions
   dead_letter_reconcile_trigger

@@ -332,6 +332,58 @@ def test_the_sweep_is_scheduled_every_minute(printed: Run) -> None:
     assert options["location"] == REGION
 
 
+def _snapshot_publishers(run: Run) -> list[tuple[str, str]]:
+    return [
+        (flags(c)["member"], flags(c)["role"])
+        for c in run.find("pubsub", "topics", "add-iam-policy-binding")
+        if c[4] == "dynagent-snapshots"
+    ]
+
+
+def test_without_a_bridge_account_nobody_is_granted_the_snapshot_topic(printed: Run) -> None:
+    assert _snapshot_publishers(printed) == []
+    assert "no --bridge-service-account" in printed.stdout
+
+
+BRIDGE_ACCOUNT = f"dynagent-bridge@{PROJECT}.iam.gserviceaccount.com"
+
+
+def test_a_bridge_account_may_publish_snapshots_and_nothing_else(tmp_path: Path) -> None:
+    other = "bridge-2@other-project.iam.gserviceaccount.com"
+    result = dry_run(
+        tmp_path, "--bridge-service-account", BRIDGE_ACCOUNT, "--bridge-service-account", other
+    )
+    assert result.returncode == 0, result.stderr
+    assert _snapshot_publishers(result) == [
+        (f"serviceAccount:{BRIDGE_ACCOUNT}", "roles/pubsub.publisher"),
+        (f"serviceAccount:{other}", "roles/pubsub.publisher"),
+    ]
+    # No other binding names the bridge: not the dead letters, not the functions, no project role.
+    mentions = [c for c in result.commands if any(BRIDGE_ACCOUNT in word for word in c)]
+    assert len(mentions) == 1
+    assert "no --bridge-service-account" not in result.stdout
+
+
+def test_the_bridge_account_may_come_from_the_environment(tmp_path: Path) -> None:
+    marker = tmp_path / "gcloud-was-called"
+    env = script_env(
+        tmp_path,
+        FAILING_GCLOUD.format(marker=marker),
+        DYNAGENT_BRIDGE_SERVICE_ACCOUNT=BRIDGE_ACCOUNT,
+    )
+    result = deploy(env, "--project", PROJECT, "--region", REGION, "--config", str(EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    assert _snapshot_publishers(result) == [
+        (f"serviceAccount:{BRIDGE_ACCOUNT}", "roles/pubsub.publisher")
+    ]
+
+
+def test_a_bad_bridge_account_is_refused(tmp_path: Path) -> None:
+    result = dry_run(tmp_path, "--bridge-service-account", "not an email")
+    assert result.returncode == 2
+    assert "--bridge-service-account not an email is not a service account" in result.stderr
+
+
 def test_the_dry_run_says_how_a_master_publishes(printed: Run) -> None:
     assert f"projects/{PROJECT}/topics/dynagent-snapshots" in printed.stdout
     assert "ordering key" in printed.stdout
