@@ -3,17 +3,29 @@
 Each drives the real Lambda code (``AwsFunctions.reconcile_batch`` with Lambda-shaped
 SQS events, and ``sweep``) on a virtual clock (tests/reliability/aws_rig.py), injects
 its faults only at the local AWS (its knobs, or the queue as a master or Lambda would
-fill it), and fills ``Figures`` from what the cloud shows at the end.
+fill it), and fills ``Figures`` from what the cloud shows at the end. R7 alone runs the
+function in a child process on the real clock, as Lambda does, to measure its memory and
+time; its load is its fault.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import threading
-from datetime import timedelta
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from dynagent.aws.tags import POOL_TAG
+import yaml
+
+from dynagent.aws.tags import MARK_TAGS, POOL_TAG, format_time
+from dynagent.fleet import Mark
+from dynagent.testing.aws import LocalAws
 from dynagent.testing.event_source import LambdaContext, sqs_event
 from tests.reliability.aws_rig import (
     REGION,
@@ -577,6 +589,178 @@ def _r3_bad(kind: str, good: dict[str, Any], rng: Any) -> str:
     return "[" * 100_000  # deeply nested
 
 
+# -- R7 -------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+# A pool of 1,000 managed instances, one dynamic agent each (the agent id is the
+# instance id), in a pool the master shares with 9,000 static agents (machines it runs
+# itself, which dynagent must leave alone and reports as unmatched): 10,000 agents, all
+# busy, and a backlog of 50 whole-machine tasks. The same fleet and backlog as
+# `make bench`'s scale-up of 50 on 1,000 instances, so its call counts are the limit.
+R7_SCALE = {"instances": 1000, "static": 9000, "pending": 50}
+# Without injection: a handful of each, which proves nothing about scale.
+R7_HANDFUL = {"instances": 5, "static": 5, "pending": 2}
+R7_RESERVATION = 250  # as bench/api_calls.py: moto's pages are then what EC2's would be
+R7_SLOTS = 8  # p4d.24xlarge
+
+
+def r7_scale(clouds: Clouds, mode: Mode) -> Figures:
+    template = _template()
+    reconcile = template["Resources"]["ReconcileFunction"]["Properties"]
+    memory = int(reconcile.get("MemorySize") or template["Globals"]["Function"]["MemorySize"])
+    timeout = int(reconcile.get("Timeout") or template["Globals"]["Function"]["Timeout"])
+    queue_max = int(template["Resources"]["SnapshotQueue"]["Properties"]["MaximumMessageSize"])
+    bench = json.loads((ROOT / "bench" / "results.json").read_text())
+    bench_calls = bench["api_calls"]["fleets"]["1000"]["scale_up_50"]["calls"]
+    # The reconcile's wall time against its Timeout: the configured figure is the limit,
+    # some 40 times what the pass takes here, so a slow or busy machine does not fail it.
+    limits = {
+        "peak MiB": memory,
+        "reconcile s": timeout,
+        "describe pages": bench_calls["DescribeInstances"],
+        "ec2 calls": sum(bench_calls.values()),
+    }
+    figures = Figures("R7 scale", "aws", limits=dict(limits))
+    sizes = R7_SCALE if mode.inject else R7_HANDFUL
+    for _ in range(3 if mode.long else 1):
+        run = _r7_run(clouds, sizes, queue_max)
+        figures.runs += 1
+        figures.launches_expected += sizes["pending"]
+        figures.launches_made += run["launched"]
+        figures.leaked += run["leaked"]
+        figures.touched += run["touched"]
+        figures.lost += run["lost"]
+        if mode.inject:  # the load is the fault: every instance and agent it served
+            figures.faults += sizes["instances"] + run["agents"]
+        _escaped(figures, run["escaped"])
+        worst = figures.extra
+        worst["peak MiB"] = max(worst.get("peak MiB", 0.0), round(run["peak_mib"], 1))
+        worst["reconcile s"] = max(worst.get("reconcile s", 0.0), round(run["seconds"], 2))
+        worst["handler CPU s"] = max(worst.get("handler CPU s", 0.0), round(run["cpu"], 2))
+        worst["describe pages"] = max(worst.get("describe pages", 0), run["describes"])
+        worst["ec2 calls"] = max(worst.get("ec2 calls", 0), run["ec2"])
+        worst["message KiB"] = round(run["message"] / 1024)
+        # One pass is one log line (its report names every unmatched agent).
+        worst["log line KiB"] = max(worst.get("log line KiB", 0), round(run["log_line"] / 1024))
+        figures.converge_passes = 1
+        figures.converge_seconds = worst["reconcile s"]
+    # What each is measured against: template.yaml's MemorySize and Timeout, and the
+    # calls `make bench` counts for the same reconcile.
+    figures.extra.update({f"limit {name}": limit for name, limit in limits.items()})
+    return figures
+
+
+def _r7_run(clouds: Clouds, sizes: dict[str, int], queue_max: int) -> dict[str, Any]:
+    aws = clouds.aws()
+    image = aws.image_id()
+    document = pool("a100", image, max_instances=sizes["instances"] + sizes["pending"])
+    rig = Rig(aws, pool_config(document))
+    # The queue as template.yaml makes it: a snapshot of 10,000 agents is over SQS's
+    # default 256 KiB.
+    rig.sqs.set_queue_attributes(
+        QueueUrl=rig.queue, Attributes={"MaximumMessageSize": str(queue_max)}
+    )
+    now = rig.clock.now()
+    fleet = _r7_fleet(rig, sizes["instances"], now - timedelta(minutes=50))
+    agents = [(i, R7_SLOTS, R7_SLOTS) for i in fleet]
+    agents += [(f"gpu-static-{n:05d}", R7_SLOTS, R7_SLOTS) for n in range(sizes["static"])]
+    pending = [(f"trial-{n}", R7_SLOTS) for n in range(sizes["pending"])]
+    item = snapshot("a100", 1, datetime.now(UTC), pending, agents)
+    body = item.to_json()
+    rig.publish(item)  # through the queue, whose size rule the local SQS enforces
+    messages = rig.sqs.receive_message(
+        QueueUrl=rig.queue, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"]
+    )["Messages"]
+    aws.clear_calls()
+    with tempfile.TemporaryDirectory(prefix="dynagent-r7-") as scratch:
+        result = _r7_invoke(aws, rig, document, sqs_event(messages, rig.arn, REGION), scratch)
+    ec2 = Counter(aws.calls("ec2"))
+    # The end state from moto's own records: a describe of 1,050 instances over HTTP
+    # costs seconds, and nothing the function does depends on how it is read.
+    instances = list(aws.ec2_backend().all_instances())
+    launched = {i.id for i in instances} - set(fleet)
+    live = {i.id for i in instances if i.state in ("pending", "running")}
+    failures = result.get("response", {}).get("batchItemFailures", [])
+    return {
+        "agents": len(agents),
+        "launched": len(launched),
+        # One instance a pending task: any more alive is left over.
+        "leaked": max(0, len(live) - sizes["instances"] - sizes["pending"]),
+        "touched": len(set(fleet) - live),
+        "lost": len(failures),
+        "escaped": 1 if "escaped" in result else 0,
+        "peak_mib": result["peak_mib"],
+        "seconds": result["seconds"],
+        "cpu": result["cpu_seconds"],
+        "describes": ec2["DescribeInstances"],
+        "ec2": sum(ec2.values()),
+        "message": len(body.encode()),
+        "log_line": result["log_line"],
+    }
+
+
+def _r7_fleet(rig: Rig, count: int, registered: datetime) -> list[str]:
+    """``count`` instances of the pool whose agents registered at ``registered``."""
+    tags = [(TAG_KEY, TAG_VALUE), (POOL_TAG, "a100")]
+    tags.append((MARK_TAGS[Mark.REGISTERED], format_time(registered)))
+    ids: list[str] = []
+    while len(ids) < count:
+        ids += _run_instances(rig, min(R7_RESERVATION, count - len(ids)), tags)
+    return ids
+
+
+def _r7_invoke(
+    aws: LocalAws, rig: Rig, document: dict[str, Any], event: dict[str, Any], scratch: str
+) -> dict[str, Any]:
+    """The reconcile function in a child process, configured as template.yaml does it."""
+    folder = Path(scratch)
+    config = folder / "dynagent.yaml"
+    config.write_text(json.dumps({"resource_pools": [document]}))  # JSON is YAML
+    event_path, result_path = folder / "event.json", folder / "result.json"
+    event_path.write_text(json.dumps(event))
+    env = {
+        **aws.env(),
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("shared", "functions/aws", ".")),
+        # No shared AWS config of whoever runs the suite: the local AWS and nothing else.
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "DYNAGENT_CONFIG": str(config),
+        "DYNAGENT_DEAD_LETTER_QUEUE_URL": rig.dead_letters,
+        "DYNAGENT_SNAPSHOT_QUEUE_URL": rig.queue,
+        "POWERTOOLS_SERVICE_NAME": "dynagent",
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+    }
+    command = [sys.executable, "-m", "tests.reliability.handler_child"]
+    with open(folder / "log", "wb") as log:
+        done = subprocess.run(
+            [*command, str(event_path), str(result_path)],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
+    lines = (folder / "log").read_bytes().splitlines()
+    if done.returncode:
+        tail = b"\n".join(lines[-20:]).decode(errors="replace")
+        raise RuntimeError(f"the reconcile's process exited {done.returncode}:\n{tail}")
+    result: dict[str, Any] = json.loads(result_path.read_text())
+    result["log_line"] = max(map(len, lines), default=0)
+    return result
+
+
+def _template() -> dict[str, Any]:
+    """template.yaml, its CloudFormation tags (!Ref, !GetAtt, ...) read as nothing."""
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    document: dict[str, Any] = yaml.load((ROOT / "template.yaml").read_text(), Loader=Loader)
+    return document
+
+
 def _run_instances(rig: Rig, count: int, tags: list[tuple[str, str]]) -> list[str]:
     specs = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags]}]
     response = rig.ec2.run_instances(
@@ -603,4 +787,5 @@ SCENARIOS: dict[str, Scenario] = {
     "R4 foreign and busy": r4_foreign_and_busy,
     "R5 leftovers": r5_leftovers,
     "R6 cloud faults": r6_cloud_faults,
+    "R7 scale": r7_scale,
 }
