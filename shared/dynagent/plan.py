@@ -131,7 +131,16 @@ class Plan:
         lines += [f"waiting: {note}" for note in self.waiting]
         if self.unmatched_agents:
             lines.append(
-                "agents matching no managed instance (left alone): "
-                + ", ".join(self.unmatched_agents)
+                f"{len(self.unmatched_agents)} agents matching no managed instance "
+                f"(left alone): {_some(self.unmatched_agents)}"
             )
         return lines
+
+
+# A pool of thousands of static agents would make one log line of their ids.
+_LISTED = 20
+
+
+def _some(names: tuple[str, ...]) -> str:
+    more = len(names) - _LISTED
+    return ", ".join(names[:_LISTED]) + (f" and {more} more" if more > 0 else "")

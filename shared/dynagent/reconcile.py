@@ -52,7 +52,8 @@ class Outcome:
                 for u in self.plan.unschedulable
             ]
             if self.plan.unmatched_agents:
-                summary["unmatched_agents"] = list(self.plan.unmatched_agents)
+                # A count and a few ids: thousands of static agents would fill the line.
+                summary["unmatched_agents"] = len(self.plan.unmatched_agents)
         if self.launch is not None:
             summary["launched"] = list(self.launch.started)
             if self.launch.error:

@@ -21,4 +21,11 @@ def test_agents_matching_no_instance_are_reported_and_left_alone() -> None:
     cloud = fleet(agent_instance("i-1", idle_since=ago(1)))
     plan = decide(pool(), cloud, snapshot(agents=[idle("i-1"), busy("static-3")]), NOW)
     assert plan.unmatched_agents == ("static-3",)
-    assert plan.describe()[-1] == "agents matching no managed instance (left alone): static-3"
+    assert plan.describe()[-1] == "1 agents matching no managed instance (left alone): static-3"
+
+
+def test_thousands_of_unmatched_agents_make_one_short_line() -> None:
+    static = [busy(f"static-{n:05}") for n in range(5000)]
+    plan = decide(pool(), fleet(), snapshot(agents=static), NOW)
+    (line,) = [line for line in plan.describe() if "no managed instance" in line]
+    assert line.startswith("5000 agents") and line.endswith("and 4980 more") and len(line) < 400
