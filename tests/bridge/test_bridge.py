@@ -270,3 +270,22 @@ def test_print_once_from_the_command_line(master: LocalDetermined, tmp_path: Pat
     )
     assert failed.returncode == 1 and failed.stdout == ""
     assert "nothing published" in failed.stderr
+
+
+def test_a_master_before_0_23_1_is_read_through_the_first_job_queue_api(
+    master: LocalDetermined,
+) -> None:
+    cluster(master)
+    for n in range(105):
+        master.submit(f"trial-{n}", 8, "a100")
+    master.release("0.23.0")  # no job-queues-v2 yet: 501 Not Implemented
+    bridge, _ = bridge_for(master, pool_config())
+    (snapshot,) = bridge.run_once()
+    assert len(snapshot.pending) == 105
+    queues = [(c.path, dict(c.query).get("offset"), c.status) for c in master.calls()]
+    queues = [q for q in queues if "job-queues" in q[0]]
+    assert queues == [
+        ("/api/v1/job-queues-v2", "0", 501),
+        ("/api/v1/job-queues", "0", 200),
+        ("/api/v1/job-queues", "100", 200),
+    ]

@@ -27,6 +27,8 @@ from typing import Any
 _PASSWORD_SALT = "GubPEmmotfiK9TMD6Zdw"
 # The job queue pages at 100 when asked for no limit.
 JOB_PAGE = 100
+JOBS_V2 = "/api/v1/job-queues-v2"
+JOBS_V1 = "/api/v1/job-queues"
 
 
 class MasterUnavailable(Exception):
@@ -72,6 +74,7 @@ class MasterClient:
         # Verification is on: a custom CA (--cert) is added, never a bypass.
         self._ssl = ssl.create_default_context(cafile=ca_file) if ca_file else None
         self._token = credentials.token
+        self._jobs_path = JOBS_V2
 
     # Reads
 
@@ -93,10 +96,15 @@ class MasterClient:
     def _job_pages(self, pool: str) -> Iterator[dict[str, Any]]:
         offset = 0
         while True:
-            page = self._get(
-                "/api/v1/job-queues-v2",
-                {"resourcePool": pool, "offset": offset, "limit": JOB_PAGE},
-            )
+            query = {"resourcePool": pool, "offset": offset, "limit": JOB_PAGE}
+            try:
+                page = self._call("GET", f"{self._jobs_path}?{urllib.parse.urlencode(query)}", None)
+            except MasterRefused as error:
+                if error.status not in (404, 501) or self._jobs_path == JOBS_V1:
+                    raise MasterUnavailable(f"GET {self._jobs_path}: {error}") from None
+                # A master before 0.23.1 has only the first job queue API (plain jobs).
+                self._jobs_path = JOBS_V1
+                continue
             jobs = page.get("jobs") or []
             total = int((page.get("pagination") or {}).get("total", len(jobs)))
             expected = min(JOB_PAGE, max(0, total - offset))
@@ -106,7 +114,8 @@ class MasterClient:
                     f"its pagination says {expected} (total {total})"
                 )
             for item in jobs:
-                job = item.get("full") or item.get("limited") or {}
+                # v2 wraps each job as {"full": Job} or {"limited": LimitedJob}.
+                job = item.get("full") or item.get("limited") or item
                 yield job
             offset += len(jobs)
             if offset >= total or not jobs:

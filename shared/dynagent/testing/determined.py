@@ -348,6 +348,7 @@ class _State:
         # knobs
         self.fail: list[tuple[int, str | None]] = []  # (HTTP status, path prefix)
         self.half_pages = 0
+        self.unserved: set[str] = set()  # paths an older master does not have
         self.delay = 0.0
         self.bad_gateway = False
 
@@ -898,6 +899,13 @@ class LocalDetermined(Service):
         with self._lock:
             self._state.fail.extend([(status, path)] * n)
 
+    def release(self, version: str) -> None:
+        """Answer as an older master: before 0.23.1 there is no ``/api/v1/job-queues-v2``
+        (the gateway answers 501 Not Implemented, as for any path it lacks)."""
+        parts = tuple(int(p) for p in version.split(".")[:3])
+        with self._lock:
+            self._state.unserved = {"/api/v1/job-queues-v2"} if parts < (0, 23, 1) else set()
+
     def slow(self, seconds: float) -> None:
         """Every answer waits this long first (0 to stop); stop() cuts the wait short."""
         with self._lock:
@@ -986,6 +994,8 @@ class LocalDetermined(Service):
         if not path.startswith("/api/v1/"):
             return Response('{"message":"Not Found"}\n', 404, content_type="application/json")
         allowed: list[str] = []
+        if path in self._state.unserved:
+            raise ApiError(12, "Not Implemented")
         for method, pattern, handler, needs_auth in _ROUTES:
             match = pattern.fullmatch(path)
             if match is None:
