@@ -55,8 +55,9 @@ def metric_entry(point: Point, at: datetime) -> dict[str, Any]:
     A log-based metric for one name: filter ``jsonPayload.message="dynagent metric" AND
     jsonPayload.metric="Instances"``, value extractor ``EXTRACT(jsonPayload.value)``
     (a distribution metric), label extractors ``EXTRACT(jsonPayload.pool)`` and
-    ``EXTRACT(jsonPayload.state)``. ``time`` (RFC 3339) is the pass's clock; Cloud
-    Logging takes it as the entry's timestamp and leaves it out of ``jsonPayload``.
+    ``EXTRACT(jsonPayload.state)``. ``time`` (RFC 3339) is the pass's clock, which
+    Cloud Logging's agent reads as the entry's timestamp; filters and extractors never
+    need it.
     """
     value = point.value
     return {
