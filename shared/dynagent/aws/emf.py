@@ -11,7 +11,7 @@ One document per pool and dimension values, holding every metric that shares the
               "CloudWatchMetrics": [{"Namespace": "dynagent",
                                      "Dimensions": [["pool", "state"]],
                                      "Metrics": [{"Name": "Instances", "Unit": "Count"}]}]},
-     "pool": "a100", "state": "running", "Instances": 2.0}
+     "pool": "a100", "state": "running", "Instances": [2.0]}
 
 No ``service`` dimension: Powertools would add one from POWERTOOLS_SERVICE_NAME, and
 then every dashboard and alarm would have to name it; the namespace says the service.
