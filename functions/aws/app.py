@@ -1,17 +1,21 @@
 """AWS Lambda entry points: ``app.reconcile`` (SQS FIFO batches) and ``app.sweep`` (schedule).
 
-They parse, call the shared reconcile code, and report; no logic of their own.
+They parse, call the shared reconcile code, and report; no logic of their own. Metrics
+go to the log as CloudWatch embedded metric format (``dynagent.aws.emf``). Tracer records
+each invocation and its AWS calls in X-Ray; outside Lambda, or with
+POWERTOOLS_TRACE_DISABLED=true, it disables itself and patches nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Tracer
 
 from dynagent.aws.functions import AwsFunctions
 
 logger = Logger(service="dynagent")
+tracer = Tracer(service="dynagent")
 _functions: AwsFunctions | None = None
 
 
@@ -24,11 +28,14 @@ def _current() -> AwsFunctions:
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler
 def reconcile(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return _current().reconcile_batch(event, context)
 
 
 @logger.inject_lambda_context
+# Its response reports every pool's actions: more than a trace segment should carry.
+@tracer.capture_lambda_handler(capture_response=False)
 def sweep(event: dict[str, Any], context: Any) -> dict[str, Any]:
     outcomes = _current().sweep()
     failed = [outcome.pool for outcome in outcomes if outcome.error]

@@ -17,7 +17,7 @@ from dynagent.config import Pool, ProviderConfig, Settings
 from dynagent.durations import format_duration
 from dynagent.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
 from dynagent.offerings import Catalog, Shape
-from dynagent.packing import Demand, Existing, pack
+from dynagent.packing import AT_MAX, Demand, Existing, pack
 from dynagent.plan import (
     Adoption,
     Cancellation,
@@ -135,8 +135,7 @@ class _Context:
 
     def price(self, instance: Instance) -> float:
         """What an instance costs per hour, by its type and purchase."""
-        instance_type = instance.instance_type or self.catalog.offerings[0].instance_type
-        return self.catalog.price_of(instance_type, instance.spot)
+        return self.catalog.hourly_price(instance)
 
     @property
     def smallest(self) -> Shape | None:
@@ -190,6 +189,7 @@ def decide(
         marks=_mark_writes(ctx, survey.marks + _still_wanted(ctx, counted_on)),
         unschedulable=tuple(demand.unschedulable),
         waiting=tuple(f"{task.task} ({task.slots} slots): {why}" for task, why in demand.waiting),
+        pending_at_max=any(why.startswith(AT_MAX) for _, why in demand.waiting),
         unmatched_agents=tuple(sorted(ctx.unmatched)),
     )
 

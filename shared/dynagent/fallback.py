@@ -60,6 +60,10 @@ class CapacityMemory:
         return frozenset(self.until)
 
 
+# How the error of a launch that ran out of offerings starts: it sums up ``unavailable``.
+NO_CAPACITY = "no capacity for"
+
+
 def launch_with_fallback(
     launches: tuple[Launch, ...],
     call: LaunchCall,
@@ -97,7 +101,7 @@ def launch_with_fallback(
     unmet = 0 if replayed else len(launches) - len(started)
     error = None
     if refused and unmet > 0:
-        error = f"no capacity for {unmet} machine(s): tried {', '.join(refused)}"
+        error = f"{NO_CAPACITY} {unmet} machine(s): tried {', '.join(refused)}"
     return LaunchResult(tuple(started), error=error, replayed=replayed, unavailable=tuple(refused))
 
 

@@ -55,3 +55,42 @@ CATALOG: Final = (
 )
 
 BY_NAME: Final = {spec.name: spec for spec in CATALOG}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One value of a catalog metric for one pool, with its other dimensions' values.
+
+    Built only through the catalog: an unknown name, a missing dimension or a value the
+    catalog does not list raises, so no emitter can write what dashboards don't name.
+    """
+
+    name: str
+    value: float
+    pool: str
+    # The dimensions other than ``pool``, in the catalog's order: (("state", "idle"),).
+    dimensions: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        spec = BY_NAME.get(self.name)
+        if spec is None:
+            raise ValueError(f"{self.name!r} is not in the metrics catalog")
+        names = tuple(name for name, _ in self.dimensions)
+        if ("pool", *names) != spec.dimensions:
+            raise ValueError(f"{self.name} has dimensions {spec.dimensions}, not pool+{names}")
+        for _, value in self.dimensions:
+            if value not in spec.values:
+                raise ValueError(f"{self.name}: {value!r} is not one of {spec.values}")
+
+    @property
+    def unit(self) -> str:
+        return BY_NAME[self.name].unit
+
+    def labels(self) -> dict[str, str]:
+        """Every dimension by name, pool first."""
+        return {"pool": self.pool, **dict(self.dimensions)}
+
+
+def point(name: str, value: float, pool: str, **dimensions: str) -> Point:
+    """``point("Agents", 3, "a100", state="idle")``."""
+    return Point(name, value, pool, tuple(dimensions.items()))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from dynagent.fleet import Instance
+
 
 class Purchase(enum.Enum):
     ON_DEMAND = "on-demand"
@@ -107,6 +109,12 @@ class Catalog:
             if o.instance_type == instance_type and o.purchase is purchase
         ]
         return min(exact or prices or [0.0])
+
+    def hourly_price(self, instance: Instance) -> float:
+        """What a managed instance costs per hour, by its type and purchase; an instance
+        of unknown type is of the pool's first (its one type without offerings)."""
+        instance_type = instance.instance_type or self.offerings[0].instance_type
+        return self.price_of(instance_type, instance.spot)
 
     def fallbacks(self, shape: Shape) -> tuple[Offering, ...]:
         """Where a machine of ``shape`` may be bought, best first: its own type's available

@@ -25,6 +25,8 @@ from dynagent.plan import Unschedulable
 from dynagent.snapshot import PendingTask
 
 _SLOTS = operator.attrgetter("slots")
+# How a reason for waiting demand starts when only max_instances holds it back.
+AT_MAX = "pool is at max_instances"
 
 
 @dataclass
@@ -187,7 +189,7 @@ def _place_gangs(
             why = (
                 f"no {largest}-slot machine has capacity now"
                 if shape is None
-                else f"pool is at max_instances ({max_instances})"
+                else f"{AT_MAX} ({max_instances})"
             )
             demand.waiting.append((task, why))
             continue
@@ -224,7 +226,7 @@ def _open_machines(
         if not any(s.slots >= task.slots for s in shapes):
             reason = f"no machine of {task.slots} or more slots has capacity now"
         else:
-            reason = f"pool is at max_instances ({max_instances})"
+            reason = f"{AT_MAX} ({max_instances})"
         demand.waiting.append((task, reason))
 
 

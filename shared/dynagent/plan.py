@@ -103,6 +103,8 @@ class Plan:
     unschedulable: tuple[Unschedulable, ...] = ()
     # Demand left unmet for now (the pool is at max_instances), said for the log.
     waiting: tuple[str, ...] = ()
+    # Some of that demand waits only because the pool is at max_instances (for metrics).
+    pending_at_max: bool = False
     # Agents of the snapshot that match no managed instance by id or hostname: static
     # agents, or dynamic ones whose DET_AGENT_ID is not their instance's id.
     unmatched_agents: tuple[str, ...] = ()

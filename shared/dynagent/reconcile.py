@@ -6,19 +6,23 @@ as a ``Provider`` and the time as ``now``, so tests and the demo run this very c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from dynagent.config import Config, Pool, Settings
 from dynagent.decide import decide
 from dynagent.durations import format_duration
+from dynagent.fleet import Fleet
 from dynagent.plan import Plan
 from dynagent.provider import LaunchResult, Provider
 from dynagent.snapshot import InvalidSnapshot, Snapshot
 
 ProviderFactory = Callable[[Pool], Provider]
+# Seconds from an arbitrary start, for a pass's duration: time.monotonic, or a test's.
+Timer = Callable[[], float]
 # How far ahead of the function's clock a snapshot's time may be: clocks drift a little.
 # A snapshot from further ahead comes from a master whose clock is wrong; it would stay
 # "fresh" for as long and date its spot requests' expiry past what EC2 accepts.
@@ -27,7 +31,11 @@ MAX_CLOCK_SKEW = timedelta(minutes=5)
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a pass did to one pool, for the log and the caller's report."""
+    """What a pass did to one pool, for the log, the caller's report and the metrics.
+
+    ``fleet``, ``snapshot`` and ``duration`` are for metrics only: ``report()`` leaves
+    them out, so the log line stays small for a pool of thousands of instances.
+    """
 
     pool: str
     plan: Plan | None = None
@@ -37,6 +45,11 @@ class Outcome:
     skipped: str | None = None
     # Set when the pass failed; the sweep goes on with the other pools.
     error: str | None = None
+    # What the pass observed, and the snapshot it applied, or skipped as too old.
+    fleet: Fleet | None = field(default=None, repr=False)
+    snapshot: Snapshot | None = field(default=None, repr=False)
+    # Seconds the pass took: observe, decide and act.
+    duration: float | None = None
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready summary: every action with its reason."""
@@ -69,12 +82,22 @@ def reconcile(
     snapshot: Snapshot | None,
     now: datetime,
     settings: Settings | None = None,
+    timer: Timer = time.monotonic,
 ) -> Outcome:
     """Observe the pool's fleet, decide, and carry the plan out."""
+    started = timer()
     fleet = provider.observe()
     plan = decide(pool, fleet, snapshot, now, settings)
     launch = apply(plan, provider)
-    return Outcome(pool.name, plan, launch, seq=snapshot.seq if snapshot else None)
+    return Outcome(
+        pool.name,
+        plan,
+        launch,
+        seq=snapshot.seq if snapshot else None,
+        fleet=fleet,
+        snapshot=snapshot,
+        duration=timer() - started,
+    )
 
 
 def apply(plan: Plan, provider: Provider) -> LaunchResult | None:
@@ -95,7 +118,11 @@ def apply(plan: Plan, provider: Provider) -> LaunchResult | None:
 
 
 def apply_snapshot(
-    config: Config, snapshot: Snapshot, providers: ProviderFactory, now: datetime
+    config: Config,
+    snapshot: Snapshot,
+    providers: ProviderFactory,
+    now: datetime,
+    timer: Timer = time.monotonic,
 ) -> Outcome:
     """Reconcile the snapshot's pool, unless the snapshot is too old to trust.
 
@@ -118,13 +145,16 @@ def apply_snapshot(
         return Outcome(
             pool.name,
             seq=snapshot.seq,
+            snapshot=snapshot,  # its age is worth a metric: the queue is behind
             skipped=f"snapshot is {format_duration(age)} old "
             f"(max_snapshot_age {format_duration(limit)}); a newer one supersedes it",
         )
-    return reconcile(pool, providers(pool), snapshot, now, config.settings)
+    return reconcile(pool, providers(pool), snapshot, now, config.settings, timer)
 
 
-def sweep(config: Config, providers: ProviderFactory, now: datetime) -> list[Outcome]:
+def sweep(
+    config: Config, providers: ProviderFactory, now: datetime, timer: Timer = time.monotonic
+) -> list[Outcome]:
     """Reconcile every pool with no snapshot: reap by what the cloud shows alone.
 
     One pool's failure does not stop the others; it is in its Outcome's ``error``.
@@ -132,7 +162,7 @@ def sweep(config: Config, providers: ProviderFactory, now: datetime) -> list[Out
     outcomes = []
     for pool in config.pools.values():
         try:
-            outcomes.append(reconcile(pool, providers(pool), None, now, config.settings))
+            outcomes.append(reconcile(pool, providers(pool), None, now, config.settings, timer))
         except Exception as error:
             outcomes.append(Outcome(pool.name, error=f"{type(error).__name__}: {error}"))
     return outcomes

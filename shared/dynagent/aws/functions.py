@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -22,11 +22,21 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import ClientError
 
 from dynagent.config import AwsProvider, Config, Pool, load_config
-from dynagent.reconcile import Outcome, apply_snapshot, log_outcome, newest_per_pool, sweep
+from dynagent.metrics import Point
+from dynagent.pass_metrics import dead_letter_point, pass_points
+from dynagent.reconcile import (
+    Outcome,
+    Timer,
+    apply_snapshot,
+    log_outcome,
+    newest_per_pool,
+    sweep,
+)
 from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 
 from .clients import ec2_client, sqs_client
 from .ec2 import Ec2Provider
+from .emf import EmfWriter
 from .fleet_launch import WarmState
 from .sqs import DEFAULT_MAX_MESSAGE_BYTES, send_dead_letter
 
@@ -50,6 +60,9 @@ class AwsFunctions:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
     logger: Any = field(default_factory=lambda: logging.getLogger("dynagent"))
+    # Where the metrics go (EMF on stdout), and what times a pass.
+    metrics: EmfWriter = field(default_factory=EmfWriter)
+    timer: Timer = time.monotonic
     # Shared by every pass of a warm function: each AMI's root device, launch templates,
     # offerings out of capacity, spot prices.
     warm: WarmState = field(default_factory=WarmState)
@@ -138,7 +151,7 @@ class AwsFunctions:
         self, record: SQSRecord, parsed: Snapshot | InvalidSnapshot, newest: dict[str, int]
     ) -> None:
         if isinstance(parsed, InvalidSnapshot):
-            self._set_aside(record, str(parsed))
+            self._set_aside(record, str(parsed), "unknown")
             return
         if parsed.seq < newest[parsed.pool]:
             log_outcome(
@@ -146,14 +159,26 @@ class AwsFunctions:
                 Outcome(parsed.pool, seq=parsed.seq, skipped="a newer snapshot is in the batch"),
             )
             return
+        now = self.clock()
         try:
-            outcome = apply_snapshot(self.config, parsed, self.provider, self.clock())
-        except InvalidSnapshot as error:  # a pool this config does not manage
-            self._set_aside(record, str(error))
+            outcome = apply_snapshot(self.config, parsed, self.provider, now, self.timer)
+        except InvalidSnapshot as error:  # a pool this config does not manage, or skew
+            pool = parsed.pool if parsed.pool in self.config.pools else "unknown"
+            self._set_aside(record, str(error), pool)
             return
         log_outcome(self.logger, outcome)
+        self._measure(outcome, now)
 
-    def _set_aside(self, record: SQSRecord, reason: str) -> None:
+    def _measure(self, outcome: Outcome, now: datetime) -> None:
+        self._emit(lambda: pass_points(outcome, self.config.pools.get(outcome.pool), now), now)
+
+    def _emit(self, points: Callable[[], Iterable[Point]], now: datetime) -> None:
+        try:
+            self.metrics.write(points(), now)
+        except Exception as error:  # metrics must never fail a pass that did its work
+            self.logger.warning("metrics not written", extra={"error": repr(error)})
+
+    def _set_aside(self, record: SQSRecord, reason: str, pool: str) -> None:
         """Bad messages go to the dead-letter queue at once: retrying cannot fix them."""
         group = record.attributes.message_group_id
         self.logger.error(
@@ -175,6 +200,8 @@ class AwsFunctions:
                 f"no {DEAD_LETTER_ENV} set: the message is dropped",
                 extra={"message_id": record.message_id, "body": record.body},
             )
+        # Counted once set aside: a send that failed raises, and the record comes back.
+        self._emit(lambda: [dead_letter_point(pool)], self.clock())
 
     def _dead_letter_size_limit(self) -> int:
         if self._dead_letter_max is None:
@@ -195,9 +222,11 @@ class AwsFunctions:
     # The sweep function
 
     def sweep(self) -> list[Outcome]:
-        outcomes = sweep(self.config, self.provider, self.clock())
+        now = self.clock()
+        outcomes = sweep(self.config, self.provider, now, self.timer)
         for outcome in outcomes:
             log_outcome(self.logger, outcome)
+            self._measure(outcome, now)
         return outcomes
 
 

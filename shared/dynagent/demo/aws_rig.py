@@ -6,11 +6,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from dynagent.aws.emf import EmfWriter
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.sqs import SqsPublisher
 from dynagent.aws.tags import LAUNCH_KEY_TAG, MARK_TAGS, POOL_TAG
 from dynagent.config import Config
-from dynagent.demo.rig import FleetRow
+from dynagent.demo.rig import Discard, FleetRow
 from dynagent.fleet import Mark
 from dynagent.snapshot import Snapshot
 from dynagent.testing.aws import LocalAws
@@ -39,6 +40,7 @@ class AwsRig:
             clock=clock,
             sleep=lambda seconds: None,
             logger=logger,
+            metrics=EmfWriter(Discard()),
         )
 
     def _queue(self, name: str) -> str:

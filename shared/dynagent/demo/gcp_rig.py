@@ -13,10 +13,11 @@ from typing import Any
 
 from dynagent.config import Config
 from dynagent.demo.pools import demo_config
-from dynagent.demo.rig import FleetRow
+from dynagent.demo.rig import Discard, FleetRow
 from dynagent.fleet import Mark
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import LAUNCH_KEY_LABEL, MARK_LABELS, POOL_LABEL, parse_time
+from dynagent.gcp.logs import MetricLog
 from dynagent.gcp.pubsub import REASON_ATTRIBUTE, PubSubPublisher
 from dynagent.snapshot import Snapshot
 from dynagent.testing.gce import LocalCompute
@@ -71,6 +72,7 @@ class GcpRig:
             clock=clock,
             sleep=lambda seconds: None,
             logger=logger,
+            metrics=MetricLog(Discard()),
         )
 
     def _topics(self, pubsub: PubSubEmulator) -> None:

@@ -11,18 +11,20 @@ import base64
 import binascii
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dynagent.config import Config, GcpProvider, Pool, load_config
 from dynagent.fallback import CapacityMemory
-from dynagent.reconcile import Outcome, apply_snapshot, log_outcome, sweep
-from dynagent.snapshot import InvalidSnapshot, parse_snapshot
+from dynagent.metrics import Point
+from dynagent.pass_metrics import dead_letter_point, pass_points
+from dynagent.reconcile import Outcome, Timer, apply_snapshot, log_outcome, sweep
+from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 
 from .clients import instances_client, zone_operations_client
-from .logs import StructuredLogger
+from .logs import MetricLog, StructuredLogger
 
 if TYPE_CHECKING:
     from .compute import GceProvider
@@ -70,6 +72,9 @@ class GcpFunctions:
     logger: Any = None
     # Per pool, the offerings recently out of capacity: kept by a warm function only.
     capacity: dict[str, CapacityMemory] = field(default_factory=dict)
+    # Where the metrics go (structured entries on stdout), and what times a pass.
+    metrics: MetricLog = field(default_factory=MetricLog)
+    timer: Timer = time.monotonic
 
     def __post_init__(self) -> None:
         # AWS pools in a shared config belong to the AWS functions.
@@ -109,16 +114,29 @@ class GcpFunctions:
         Errors worth retrying propagate, so Pub/Sub delivers the message again.
         """
         message = PubSubMessage.from_cloud_event(cloud_event)
+        snapshot: Snapshot | None = None
+        now = self.clock()
         try:
             snapshot = parse_snapshot(message.data)
-            outcome = apply_snapshot(self.config, snapshot, self.provider, self.clock())
+            outcome = apply_snapshot(self.config, snapshot, self.provider, now, self.timer)
         except InvalidSnapshot as error:
-            self._set_aside(message, str(error))
+            pool = snapshot.pool if snapshot is not None else "unknown"
+            self._set_aside(message, str(error), pool if pool in self.config.pools else "unknown")
             return None
         log_outcome(self.logger, outcome)
+        self._measure(outcome, now)
         return outcome
 
-    def _set_aside(self, message: PubSubMessage, reason: str) -> None:
+    def _measure(self, outcome: Outcome, now: datetime) -> None:
+        self._emit(lambda: pass_points(outcome, self.config.pools.get(outcome.pool), now), now)
+
+    def _emit(self, points: Callable[[], Iterable[Point]], now: datetime) -> None:
+        try:
+            self.metrics.write(points(), now)
+        except Exception as error:  # metrics must never fail a pass that did its work
+            self.logger.warning("metrics not written", extra={"error": repr(error)})
+
+    def _set_aside(self, message: PubSubMessage, reason: str, pool: str) -> None:
         """Bad messages are acknowledged (retrying cannot fix them) and kept aside."""
         self.logger.error(
             "message is not a snapshot we can apply; sent to the dead-letter topic",
@@ -133,16 +151,22 @@ class GcpFunctions:
                 f"no {DEAD_LETTER_ENV} set: the message is dropped",
                 extra={"message_id": message.id, "body": message.data.decode(errors="replace")},
             )
-            return
-        from .pubsub import publisher_client, send_dead_letter
+        else:
+            from .pubsub import publisher_client, send_dead_letter
 
-        self.publisher = self.publisher or publisher_client()
-        send_dead_letter(self.publisher, self.dead_letter_topic, message.data, reason, message.id)
+            self.publisher = self.publisher or publisher_client()
+            send_dead_letter(
+                self.publisher, self.dead_letter_topic, message.data, reason, message.id
+            )
+        # Counted once set aside: a send that failed raises, and the message comes back.
+        self._emit(lambda: [dead_letter_point(pool)], self.clock())
 
     # The sweep function
 
     def sweep(self) -> list[Outcome]:
-        outcomes = sweep(self.config, self.provider, self.clock())
+        now = self.clock()
+        outcomes = sweep(self.config, self.provider, now, self.timer)
         for outcome in outcomes:
             log_outcome(self.logger, outcome)
+            self._measure(outcome, now)
         return outcomes

@@ -1,0 +1,192 @@
+"""The Lambda functions' metrics: CloudWatch embedded metric format documents on the log,
+read back as CloudWatch Logs would, from passes over the local AWS."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from dynagent.aws.emf import EmfWriter
+from dynagent.aws.functions import AwsFunctions
+from dynagent.metrics import BY_NAME, NAMESPACE
+from dynagent.prices import AWS_ON_DEMAND
+from dynagent.testing.event_source import LambdaContext
+
+from .helpers import (
+    config,
+    event_from_queue,
+    fifo_queue,
+    image_id,
+    managed_instances,
+    now,
+    pool_document,
+    published_event,
+    snapshot,
+)
+from .test_functions import app  # noqa: F401  (the fixture: functions/aws/app.py, loaded)
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    """The EMF documents among log lines, as CloudWatch Logs picks them out."""
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return [line for line in lines if "_aws" in line]
+
+
+def points(docs: list[dict[str, Any]]) -> dict[tuple[str, ...], float]:
+    """Every metric value by (name, pool, other dimension values...), each document checked
+    against the EMF specification's shape and the catalog."""
+    found: dict[tuple[str, ...], float] = {}
+    for doc in docs:
+        (directive,) = doc["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == NAMESPACE
+        (dimensions,) = directive["Dimensions"]
+        assert "service" not in doc  # no Powertools service dimension (see dynagent.aws.emf)
+        for metric in directive["Metrics"]:
+            spec = BY_NAME[metric["Name"]]  # every name is in the catalog
+            assert metric["Unit"] == spec.unit
+            assert tuple(dimensions) == spec.dimensions
+            key = (metric["Name"], *(doc[name] for name in dimensions))
+            assert key not in found
+            (found[key],) = doc[metric["Name"]]  # Powertools writes values as a list
+    return found
+
+
+def ticks(step: float) -> Callable[[], float]:
+    """A timer that moves ``step`` seconds each time it is read: each pass lasts one step."""
+    clock = iter(range(1_000_000))
+    return lambda: next(clock) * step
+
+
+@pytest.fixture
+def queues(sqs: Any) -> tuple[str, str]:
+    return fifo_queue(sqs, "snapshots.fifo"), fifo_queue(sqs, "dead-letters.fifo")
+
+
+@pytest.fixture
+def at() -> datetime:
+    return now()
+
+
+@pytest.fixture
+def stream() -> io.StringIO:
+    return io.StringIO()
+
+
+@pytest.fixture
+def functions(
+    ec2: Any, sqs: Any, queues: tuple[str, str], at: datetime, stream: io.StringIO
+) -> Iterator[AwsFunctions]:
+    yield AwsFunctions(
+        config(pool_document(image_id(ec2))),
+        ec2_for_region=lambda region: ec2,
+        sqs=sqs,
+        dead_letter_url=queues[1],
+        clock=lambda: at,
+        sleep=lambda _: None,
+        metrics=EmfWriter(stream),
+        timer=ticks(0.5),
+    )
+
+
+def test_a_reconcile_and_a_sweep_write_their_metrics(
+    functions: AwsFunctions, sqs: Any, ec2: Any, queues: Any, at: datetime, stream: io.StringIO
+) -> None:
+    published = snapshot(1, pending=[("a", 8), ("b", 8)], time=at - timedelta(seconds=3))
+    functions.reconcile_batch(published_event(sqs, queues[0], published), LambdaContext())
+    assert len(managed_instances(ec2)) == 2
+
+    docs = documents(stream.getvalue())
+    assert {doc["_aws"]["Timestamp"] for doc in docs} == {int(at.timestamp() * 1000)}
+    # One document per set of dimension values: pool alone, then each state and reason.
+    assert [doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"] for doc in docs].count(
+        [["pool"]]
+    ) == 1
+    assert points(docs) == {
+        ("SnapshotAge", "a100"): 3.0,
+        ("SnapshotsApplied", "a100"): 1.0,
+        ("PendingSlots", "a100"): 16.0,
+        ("Agents", "a100", "idle"): 0.0,
+        ("Agents", "a100", "busy"): 0.0,
+        ("Agents", "a100", "draining"): 0.0,
+        ("PendingAtMax", "a100"): 0.0,
+        ("ReconcileDuration", "a100"): 500.0,
+        # Observed before the launch: nothing yet.
+        ("Instances", "a100", "starting"): 0.0,
+        ("Instances", "a100", "running"): 0.0,
+        ("Instances", "a100", "stopping"): 0.0,
+        ("Instances", "a100", "stopped"): 0.0,
+        ("CostPerHour", "a100"): 0.0,
+        ("Launches", "a100", "demand"): 2.0,
+    }
+
+    stream.seek(0)
+    stream.truncate()
+    functions.sweep()
+    swept = points(documents(stream.getvalue()))
+    assert sum(v for k, v in swept.items() if k[0] == "Instances") == 2
+    assert swept[("CostPerHour", "a100")] == round(2 * AWS_ON_DEMAND["p4d.24xlarge"], 4)
+    assert swept[("ReconcileDuration", "a100")] == 500.0
+    # A sweep knows no demand, no agents, no snapshot.
+    assert not {"PendingSlots", "Agents", "PendingAtMax", "SnapshotAge"} & {k[0] for k in swept}
+
+
+def test_a_launch_the_cloud_refuses_is_counted_by_its_code(
+    functions: AwsFunctions, aws: Any, sqs: Any, queues: Any, stream: io.StringIO
+) -> None:
+    aws.fail_next_launch("p4d.24xlarge", "VcpuLimitExceeded")
+    functions.reconcile_batch(
+        published_event(sqs, queues[0], snapshot(1, pending=[("a", 8)])), LambdaContext()
+    )
+    found = points(documents(stream.getvalue()))
+    assert found[("LaunchErrors", "a100", "quota")] == 1.0
+    assert not [k for k in found if k[0] == "Launches"]
+
+
+def test_records_set_aside_are_counted_by_their_pool(
+    functions: AwsFunctions, sqs: Any, queues: Any, at: datetime, stream: io.StringIO
+) -> None:
+    skewed = snapshot(2, time=at + timedelta(minutes=10))  # a configured pool, a bad clock
+    event = event_from_queue(
+        sqs,
+        queues[0],
+        [
+            ("a100", "bad-json", "{not json"),
+            ("zz", "bad-pool", snapshot(1, pool="zz").to_json()),
+            ("a100", "skewed", skewed.to_json()),
+        ],
+    )
+    assert functions.reconcile_batch(event, LambdaContext()) == {"batchItemFailures": []}
+    dead = [
+        (doc["pool"], *doc["DeadLetters"])
+        for doc in documents(stream.getvalue())
+        if "DeadLetters" in doc
+    ]
+    assert sorted(dead) == [("a100", 1.0), ("unknown", 1.0), ("unknown", 1.0)]
+
+
+def test_the_handlers_print_emf_to_stdout_without_a_service_dimension(
+    app: ModuleType,  # noqa: F811
+    sqs: Any,
+    queues: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Lambda's own wiring: stdout is the log, POWERTOOLS_SERVICE_NAME is set, X-Ray's
+    daemon is absent (Tracer disables itself outside Lambda)."""
+    event = published_event(sqs, queues[0], snapshot(1, pending=[("a", 8)]))
+    assert app.reconcile(event, LambdaContext()) == {"batchItemFailures": []}
+    reconciled = points(documents(capsys.readouterr().out))
+    assert reconciled[("Launches", "a100", "demand")] == 1.0
+    assert reconciled[("SnapshotsApplied", "a100")] == 1.0
+
+    app.sweep({"source": "aws.events"}, LambdaContext())
+    assert app.tracer.disabled
+    swept = points(documents(capsys.readouterr().out))
+    # Every pool of the config, t4 too, and the a100 instance launched above.
+    assert swept[("Instances", "t4", "running")] == 0.0
+    assert swept[("Instances", "a100", "starting")] + swept[("Instances", "a100", "running")] == 1

@@ -1,0 +1,227 @@
+"""The metric points of one pass, from plain data: what each metric counts, and when."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from dynagent.decide import decide
+from dynagent.fleet import InstanceState
+from dynagent.metrics import BY_NAME, CATALOG, Point, point
+from dynagent.pass_metrics import dead_letter_point, launch_error_code, pass_points
+from dynagent.plan import Launch, Plan
+from dynagent.provider import LaunchResult
+from dynagent.reconcile import Outcome
+from dynagent.snapshot import Agent, Snapshot
+
+from .builders import (
+    NOW,
+    POOL_NAME,
+    agent_instance,
+    ago,
+    fleet,
+    instance,
+    pool,
+    starting,
+    task,
+)
+
+P38 = 12.24  # p3.8xlarge on demand, dollars per hour (dynagent.prices)
+
+
+def values(points: list[Point]) -> dict[tuple[str, ...], float]:
+    """Each point's value by (name, other dimension values...)."""
+    found: dict[tuple[str, ...], float] = {}
+    for item in points:
+        key = (item.name, *(value for _, value in item.dimensions))
+        assert key not in found, f"{key} emitted twice"
+        assert item.pool == POOL_NAME
+        found[key] = item.value
+    return found
+
+
+def snap(pending: list[tuple[str, int]] = (), agents: list[Agent] = (), age: float = 0) -> Snapshot:  # type: ignore[assignment]
+    return Snapshot(
+        pool=POOL_NAME,
+        seq=7,
+        time=NOW - timedelta(seconds=age),
+        pending=tuple(task(n, s) for n, s in pending),
+        agents=tuple(agents),
+    )
+
+
+def test_a_snapshot_pass_reports_demand_agents_fleet_and_what_it_did() -> None:
+    the_pool = pool(max_instances=5)
+    observed = fleet(
+        agent_instance("i-idle", idle_since=ago(2)),
+        agent_instance("i-busy"),
+        agent_instance("i-drain"),
+        starting("i-new"),
+        instance("i-gone", state=InstanceState.STOPPED),
+    )
+    snapshot = snap(
+        pending=[("a", 4), ("b", 4), ("c", 4), ("d", 4), ("cmd", 0)],
+        agents=[
+            Agent(id="i-idle", slots=4, used_slots=0),
+            Agent(id="i-busy", slots=4, used_slots=4),
+            Agent(id="i-drain", slots=4, used_slots=0, draining=True),
+        ],
+        age=42,
+    )
+    plan = decide(the_pool, observed, snapshot, NOW)
+    planned = [launch.cause for launch in plan.launches]
+    # Three tasks go where there is room already, one to a new machine.
+    assert planned == ["demand"]
+    outcome = Outcome(
+        POOL_NAME,
+        plan,
+        LaunchResult(started=("i-1",)),
+        seq=7,
+        fleet=observed,
+        snapshot=snapshot,
+        duration=0.25,
+    )
+
+    assert values(pass_points(outcome, the_pool, NOW)) == {
+        ("SnapshotAge",): 42.0,
+        ("SnapshotsApplied",): 1,
+        ("PendingSlots",): 16,
+        ("Agents", "idle"): 1,
+        ("Agents", "busy"): 1,
+        ("Agents", "draining"): 1,
+        ("PendingAtMax",): 0,
+        ("ReconcileDuration",): 250.0,
+        ("Instances", "starting"): 1,
+        ("Instances", "running"): 3,
+        ("Instances", "stopping"): 0,
+        ("Instances", "stopped"): 1,
+        # The stopped one costs nothing; the starting one does.
+        ("CostPerHour",): round(4 * P38, 4),
+        ("Launches", "demand"): 1,
+        ("Terminations", "stopped"): 1,
+    }
+
+
+def test_a_sweep_reports_no_demand_nor_agents_nor_snapshot_age() -> None:
+    the_pool = pool()
+    observed = fleet(agent_instance("i-old", idle_since=ago(30)), agent_instance("i-b"))
+    plan = decide(the_pool, observed, None, NOW)
+    outcome = Outcome(POOL_NAME, plan, None, fleet=observed, duration=0.004)
+
+    assert values(pass_points(outcome, the_pool, NOW)) == {
+        ("ReconcileDuration",): 4.0,
+        ("Instances", "starting"): 0,
+        ("Instances", "running"): 2,
+        ("Instances", "stopping"): 0,
+        ("Instances", "stopped"): 0,
+        ("CostPerHour",): round(2 * P38, 4),
+        ("Terminations", "idle"): 1,
+    }
+
+
+def test_launches_count_what_the_cloud_started_by_the_plans_order() -> None:
+    plan = Plan(
+        POOL_NAME,
+        "gpu:7",
+        NOW,
+        launches=(
+            Launch("pending", cause="demand"),
+            Launch("min", cause="min_instances"),
+            Launch("min", cause="min_instances"),
+            Launch("warm", cause="headroom"),
+        ),
+    )
+    started = Outcome(POOL_NAME, plan, LaunchResult(started=("i-1", "i-2", "i-3")))
+    assert values(pass_points(started, None, NOW)) == {
+        ("Launches", "demand"): 1,
+        ("Launches", "min_instances"): 2,
+    }
+    # A launch an earlier pass made (same token) was counted by that pass.
+    replayed = Outcome(POOL_NAME, plan, LaunchResult(replayed=True))
+    assert values(pass_points(replayed, None, NOW)) == {}
+
+
+def test_launch_errors_count_each_refusal_once() -> None:
+    plan = Plan(POOL_NAME, "gpu:7", NOW, launches=(Launch("pending"),) * 3)
+    # Two offerings out of capacity and the fallback's summary of them: two errors.
+    exhausted = LaunchResult(
+        error="no capacity for 3 machine(s): tried a, b", unavailable=("a", "b")
+    )
+    assert values(pass_points(Outcome(POOL_NAME, plan, exhausted), None, NOW)) == {
+        ("LaunchErrors", "capacity"): 2
+    }
+    # One offering out of capacity, then a quota on the next: one of each.
+    quota = LaunchResult(
+        started=("i-1",),
+        error="VcpuLimitExceeded: You have requested more vCPU",
+        unavailable=("a",),
+    )
+    assert values(pass_points(Outcome(POOL_NAME, plan, quota), None, NOW)) == {
+        ("Launches", "demand"): 1,
+        ("LaunchErrors", "capacity"): 1,
+        ("LaunchErrors", "quota"): 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        ("InsufficientInstanceCapacity: We currently do not have sufficient capacity", "capacity"),
+        ("UnfulfillableCapacity: Unable to fulfill capacity", "capacity"),
+        (
+            "dynagent-t4-3-0: ZONE_RESOURCE_POOL_EXHAUSTED: The zone does not have enough",
+            "capacity",
+        ),
+        ("no capacity for 2 machine(s): tried p3.2xlarge/subnet-1/spot", "capacity"),
+        ("InstanceLimitExceeded: You have requested more instances", "quota"),
+        ("MaxSpotInstanceCountExceeded: Max spot instance count exceeded", "quota"),
+        ("dynagent-t4-3-0: QUOTA_EXCEEDED: Quota 'NVIDIA_T4_GPUS' exceeded", "quota"),
+        ("RequestLimitExceeded: Request limit exceeded.", "throttling"),
+        ("429 Too Many Requests: rateLimitExceeded", "throttling"),
+        ("InvalidParameterValue: bad AMI ami-04290001", "other"),
+        ("Unsupported: The requested configuration is not supported", "other"),
+    ],
+)
+def test_launch_errors_are_classified_by_the_clouds_codes(error: str, code: str) -> None:
+    assert launch_error_code(error) == code
+
+
+def test_pending_at_max_is_set_only_when_max_instances_holds_demand_back() -> None:
+    the_pool = pool(max_instances=1)
+    snapshot = snap(pending=[("a", 4), ("b", 4)])
+    plan = decide(the_pool, fleet(), snapshot, NOW)
+    assert len(plan.launches) == 1 and plan.waiting
+    outcome = Outcome(POOL_NAME, plan, LaunchResult(started=("i-1",)), snapshot=snapshot)
+    assert values(pass_points(outcome, the_pool, NOW))[("PendingAtMax",)] == 1
+
+    # A task larger than any machine waits too, but not for max_instances.
+    roomy = pool(max_instances=5)
+    too_big = snap(pending=[("huge", 6)])
+    plan = decide(roomy, fleet(), too_big, NOW)
+    outcome = Outcome(POOL_NAME, plan, None, snapshot=too_big)
+    assert values(pass_points(outcome, roomy, NOW))[("PendingAtMax",)] == 0
+
+
+def test_a_skipped_snapshot_reports_its_age_and_a_failed_pass_nothing() -> None:
+    stale = snap(age=700)
+    skipped = Outcome(POOL_NAME, seq=7, snapshot=stale, skipped="too old")
+    assert values(pass_points(skipped, pool(), NOW)) == {("SnapshotAge",): 700.0}
+    superseded = Outcome(POOL_NAME, seq=6, skipped="a newer snapshot is in the batch")
+    assert pass_points(superseded, pool(), NOW) == []
+    failed = Outcome(POOL_NAME, error="ClientError: boom")
+    assert pass_points(failed, pool(), NOW) == []
+
+
+def test_a_point_must_be_in_the_catalog() -> None:
+    assert dead_letter_point("unknown").labels() == {"pool": "unknown"}
+    assert point("Agents", 1, "gpu", state="idle").unit == "Count"
+    with pytest.raises(ValueError, match="not in the metrics catalog"):
+        point("Agent", 1, "gpu", state="idle")
+    with pytest.raises(ValueError, match="dimensions"):
+        point("Agents", 1, "gpu")
+    with pytest.raises(ValueError, match="not one of"):
+        point("Agents", 1, "gpu", state="asleep")
+    # Every dimension other than pool lists its values: an emitter can check them.
+    assert all(spec.values for spec in CATALOG if len(spec.dimensions) > 1)
+    assert set(BY_NAME) == {spec.name for spec in CATALOG}
