@@ -353,7 +353,7 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             marked = _marks_say(instance.marks, agent)
             if marked and agent.used_slots:
                 # Busy, and its marks say so: the common case; only spare slots to note.
-                if agent.used_slots < agent.slots:
+                if agent.used_slots < agent.slots and (drain or not agent.draining):
                     spare = Existing(agent.slots, agent.slots - agent.used_slots, arriving=False)
                     survey.room.append((instance.id, spare))
                 continue
@@ -373,7 +373,9 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             # The warm headroom guard counts them, so the sweep keeps what it needs.
             slots = ctx.slots(instance, None)
             survey.room.append((instance.id, Existing(slots, slots, arriving=False)))
-        elif agent is not None and agent.used_slots < agent.slots:
+        elif agent is not None and agent.used_slots < agent.slots and (drain or not agent.draining):
+            # A draining agent takes no task: only in a drained pool does its publisher
+            # enable it again for pending ones (the bridge does); elsewhere it is no room.
             free = agent.slots - agent.used_slots
             survey.room.append((instance.id, Existing(agent.slots, free, arriving=False)))
         if with_snapshot and not marked:

@@ -120,3 +120,10 @@ def test_the_new_fields_are_optional_in_version_1() -> None:
     )
     new = parse_snapshot(json.dumps(document))
     assert new.agents[0].draining and not new.agents[0].idle and new.pending[0].slots == 0
+
+
+def test_outside_a_drained_pool_a_draining_agent_is_no_room_for_pending_tasks() -> None:
+    cloud = fleet(agent_instance("i-1", idle_since=ago(2)))
+    pending = snapshot(agents=[draining("i-1")], pending=[task("t", 4)])
+    assert len(decide(pool(), cloud, pending, NOW).launches) == 1
+    assert decide(DRAINED, cloud, pending, NOW).launches == ()
