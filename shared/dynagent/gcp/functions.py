@@ -20,6 +20,7 @@ from dynagent.config import Config, GcpProvider, Pool, load_config
 from dynagent.fallback import CapacityMemory
 from dynagent.reconcile import Outcome, apply_snapshot, log_outcome, sweep
 from dynagent.snapshot import InvalidSnapshot, parse_snapshot
+from dynagent.status import Summary, SummaryRecorder
 
 from .clients import instances_client, zone_operations_client
 from .logs import StructuredLogger
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 CONFIG_ENV = "DYNAGENT_CONFIG"
 DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_TOPIC"
+SNAPSHOT_TOPIC_ENV = "DYNAGENT_SNAPSHOT_TOPIC"
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,27 @@ class GcpFunctions:
     logger: Any = None
     # Per pool, the offerings recently out of capacity: kept by a warm function only.
     capacity: dict[str, CapacityMemory] = field(default_factory=dict)
+    # Where each pool's last applied snapshot is summarised, for `dynagent status`: the
+    # snapshot topic's labels, through a Pub/Sub PublisherClient (built on first write).
+    snapshot_topic: str | None = None
+    topics: Any = None
+    _summaries: SummaryRecorder | None = field(default=None, init=False, repr=False)
+    _label_store: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # AWS pools in a shared config belong to the AWS functions.
         self.config = self.config.for_cloud("gcp")
         self.logger = self.logger or StructuredLogger()
+        if self.snapshot_topic:
+            self._summaries = SummaryRecorder(self._write_summary, self.logger)
+
+    def _write_summary(self, pool: str, summary: Summary, new_error: bool = False) -> None:
+        if self._label_store is None:
+            from .status import TopicLabelStore, topics_client
+
+            self.topics = self.topics or topics_client()
+            self._label_store = TopicLabelStore(self.topics, str(self.snapshot_topic))
+        self._label_store.write(pool, summary, new_error)
 
     @classmethod
     def from_environment(cls, logger: Any = None) -> GcpFunctions:
@@ -84,6 +102,7 @@ class GcpFunctions:
         return cls(
             config=load_config(path),
             dead_letter_topic=os.environ.get(DEAD_LETTER_ENV) or None,
+            snapshot_topic=os.environ.get(SNAPSHOT_TOPIC_ENV) or None,
             logger=logger,
         )
 
@@ -116,6 +135,9 @@ class GcpFunctions:
             self._set_aside(message, str(error))
             return None
         log_outcome(self.logger, outcome)
+        if self._summaries is not None and outcome.plan is not None:
+            refused = outcome.launch.error if outcome.launch is not None else None
+            self._summaries.record(snapshot, refused, self.clock())
         return outcome
 
     def _set_aside(self, message: PubSubMessage, reason: str) -> None:
