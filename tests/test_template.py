@@ -324,7 +324,49 @@ def test_only_the_reconcile_function_touches_the_dead_letter_queue(template: Tem
         if "sqs:SendMessage" in as_list(statement["Action"])
         and statement["Resource"] == {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}
     ]
-    assert senders == ["ReconcileRole/queues[1]"]
+    assert senders == ["ReconcileRole/queues[2]"]
+
+
+def sqs_grants(template: Template) -> set[tuple[str, str, str]]:
+    """(where, action, resource) of every SQS action any policy allows."""
+    return {
+        (where.split("[")[0], action, json.dumps(statement["Resource"], sort_keys=True))
+        for where, statement in statements(template)
+        for action in as_list(statement["Action"])
+        if action.startswith("sqs:")
+    }
+
+
+def test_queue_tags_hold_the_status_written_by_reconcile_read_by_the_reader(
+    template: Template,
+) -> None:
+    queue = json.dumps(SNAPSHOT_QUEUE_ARN, sort_keys=True)
+    dead = json.dumps({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}, sort_keys=True)
+    assert sqs_grants(template) == {
+        ("ReconcileRole/queues", "sqs:ReceiveMessage", queue),
+        ("ReconcileRole/queues", "sqs:DeleteMessage", queue),
+        ("ReconcileRole/queues", "sqs:GetQueueAttributes", queue),
+        ("ReconcileRole/queues", "sqs:ChangeMessageVisibility", queue),
+        # The pool's summary after an applied snapshot (dynagent.aws.status).
+        ("ReconcileRole/queues", "sqs:TagQueue", queue),
+        ("ReconcileRole/queues", "sqs:SendMessage", dead),
+        ("ReconcileRole/queues", "sqs:GetQueueAttributes", dead),
+        ("PublisherPolicy", "sqs:SendMessage", queue),
+        ("StatusReaderPolicy", "sqs:ListQueueTags", queue),
+    }
+    reader = {
+        action
+        for where, statement in statements(template)
+        if where.startswith("StatusReaderPolicy")
+        for action in as_list(statement["Action"])
+    }
+    assert reader == {
+        "ec2:DescribeInstances",
+        "ec2:DescribeSpotInstanceRequests",
+        "ec2:DescribeSpotPriceHistory",
+        "sqs:ListQueueTags",
+    }
+    assert template["Outputs"]["StatusReaderPolicyArn"]["Value"] == {"Ref": "StatusReaderPolicy"}
 
 
 # What the snapshot publisher (dynagent bridge, dynagent publish) calls: SqsPublisher sends
@@ -573,7 +615,7 @@ def test_iam_check_notices_sqs_on_star(template: Template) -> None:
     broken = copy.deepcopy(template)
     policies = broken["Resources"]["ReconcileRole"]["Properties"]["Policies"]
     queues = next(p for p in policies if p["PolicyName"] == "queues")
-    queues["PolicyDocument"]["Statement"][1]["Resource"] = "*"
+    queues["PolicyDocument"]["Statement"][2]["Resource"] = "*"
     assert iam_problems(broken)
 
 

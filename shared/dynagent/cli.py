@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from dynagent import status_command
 from dynagent.bridge import command as bridge_command
 from dynagent.config import AwsProvider, Config, ConfigError, load_config
 from dynagent.durations import format_duration
@@ -65,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_demo)
 
+    status_command.add_parser(commands)
     simulate_command.add_parser(commands)
     bridge_command.add_parser(commands)
     return parser

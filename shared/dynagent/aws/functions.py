@@ -33,12 +33,14 @@ from dynagent.reconcile import (
     sweep,
 )
 from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
+from dynagent.status import SummaryRecorder
 
 from .clients import ec2_client, sqs_client
 from .ec2 import Ec2Provider
 from .emf import EmfWriter
 from .fleet_launch import WarmState
 from .sqs import DEFAULT_MAX_MESSAGE_BYTES, send_dead_letter
+from .status import QueueTagStore
 
 CONFIG_ENV = "DYNAGENT_CONFIG"
 DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_QUEUE_URL"
@@ -68,6 +70,8 @@ class AwsFunctions:
     warm: WarmState = field(default_factory=WarmState)
     # The dead-letter queue's MaximumMessageSize, read once by a warm function.
     _dead_letter_max: int | None = field(default=None, init=False, repr=False)
+    # Records each pool's last applied snapshot on the snapshot queue, for `dynagent status`.
+    _summaries: SummaryRecorder | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def from_environment(cls, logger: Any) -> AwsFunctions:
@@ -86,6 +90,9 @@ class AwsFunctions:
     def __post_init__(self) -> None:
         # GCP pools in a shared config belong to the GCP functions.
         self.config = self.config.for_cloud("aws")
+        if self.sqs is not None and self.snapshot_queue_url:
+            store = QueueTagStore(self.sqs, self.snapshot_queue_url)
+            self._summaries = SummaryRecorder(store.write, self.logger)
 
     def provider(self, pool: Pool) -> Ec2Provider:
         assert isinstance(pool.provider, AwsProvider)  # for_cloud kept only these
@@ -168,6 +175,9 @@ class AwsFunctions:
             return
         log_outcome(self.logger, outcome)
         self._measure(outcome, now)
+        if self._summaries is not None and outcome.plan is not None:
+            refused = outcome.launch.error if outcome.launch is not None else None
+            self._summaries.record(parsed, refused, self.clock())
 
     def _measure(self, outcome: Outcome, now: datetime) -> None:
         self._emit(lambda: pass_points(outcome, self.config.pools.get(outcome.pool), now), now)

@@ -37,6 +37,7 @@ class AwsRig:
             ec2_for_region=lambda region: self.ec2,
             sqs=self.sqs,
             dead_letter_url=self.dead_letter_url,
+            snapshot_queue_url=self.queue_url,
             clock=clock,
             sleep=lambda seconds: None,
             logger=logger,

@@ -23,6 +23,7 @@ from dynagent.snapshot import Snapshot
 from dynagent.testing.gce import LocalCompute
 from dynagent.testing.pubsub import PubSubEmulator
 from dynagent.testing.pubsub_events import deliver_pulled
+from dynagent.testing.pubsub_topics import LocalPubSubTopics
 
 TOPIC, DEAD_LETTER_TOPIC = "dynagent-snapshots", "dynagent-dead-letters"
 
@@ -30,9 +31,9 @@ TOPIC, DEAD_LETTER_TOPIC = "dynagent-snapshots", "dynagent-dead-letters"
 @contextmanager
 def gcp_rig(clock: Callable[[], datetime], logger: Any) -> Iterator[GcpRig]:
     """Start the Compute fake and the Pub/Sub emulator; stop both however the demo ends."""
-    with LocalCompute() as compute, PubSubEmulator() as pubsub:
+    with LocalCompute() as compute, PubSubEmulator() as pubsub, LocalPubSubTopics() as topics:
         config = demo_config("gcp", PROJECT=compute.project)
-        yield GcpRig(compute, pubsub, config, clock, logger)
+        yield GcpRig(compute, pubsub, config, clock, logger, topics)
 
 
 class GcpRig:
@@ -43,6 +44,7 @@ class GcpRig:
         config: Config,
         clock: Callable[[], datetime],
         logger: Any,
+        topics: LocalPubSubTopics | None = None,
     ) -> None:
         from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
@@ -63,12 +65,20 @@ class GcpRig:
         # for its whole timeout, so the rig pulls only as many as it knows are there.
         self.outstanding = 0
         instances, operations = compute.instances_client(), compute.zone_operations_client()
+        # The snapshot topic's labels (the status summaries) are served by a local
+        # topics API: the emulator does not take labels in UpdateTopic.
+        self.topics = topics.client() if topics is not None else None
+        self.topics_endpoint = topics.endpoint if topics is not None else ""
+        if self.topics is not None:
+            self.topics.create_topic(name=self.topic)
         self.functions = GcpFunctions(
             config,
             instances=lambda: instances,
             operations=lambda: operations,
             publisher=self.client,
             dead_letter_topic=pubsub.topic_path(DEAD_LETTER_TOPIC),
+            snapshot_topic=self.topic if self.topics is not None else None,
+            topics=self.topics,
             clock=clock,
             sleep=lambda seconds: None,
             logger=logger,

@@ -121,10 +121,15 @@ class Demo:
     def now(self) -> datetime:
         return self.clock.now
 
-    def run(self) -> None:
-        scenes = list(SCRIPT)
-        next_sweep = heartbeat = START
-        while self.now <= START + END:
+    def run(self, until: timedelta = END) -> None:
+        """Play the day from where it stands to ``until`` after START (a test stops midway
+        to look at the pool, then may go on)."""
+        if not hasattr(self, "_scenes"):
+            self._scenes = list(SCRIPT)
+            self._next_sweep = self._heartbeat = START
+        scenes = self._scenes
+        next_sweep, heartbeat = self._next_sweep, self._heartbeat
+        while self.now <= START + until:
             while scenes and START + scenes[0].at <= self.now:
                 self._play(scenes.pop(0))
             self._follow_cloud()
@@ -140,6 +145,7 @@ class Demo:
                 self.timeline.actor = "reconcile"
                 next_sweep = self.now + SWEEP_EVERY
             self.clock.now += TICK
+        self._next_sweep, self._heartbeat = next_sweep, heartbeat
 
     def _play(self, scene: Scene) -> None:
         self.timeline.say("master", scene.text)

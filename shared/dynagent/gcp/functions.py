@@ -22,6 +22,7 @@ from dynagent.metrics import Point
 from dynagent.pass_metrics import dead_letter_point, pass_points
 from dynagent.reconcile import Outcome, Timer, apply_snapshot, log_outcome, sweep
 from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
+from dynagent.status import Summary, SummaryRecorder
 
 from .clients import instances_client, zone_operations_client
 from .logs import MetricLog, StructuredLogger
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 CONFIG_ENV = "DYNAGENT_CONFIG"
 DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_TOPIC"
+SNAPSHOT_TOPIC_ENV = "DYNAGENT_SNAPSHOT_TOPIC"
 
 
 @dataclass(frozen=True)
@@ -75,11 +77,27 @@ class GcpFunctions:
     # Where the metrics go (structured entries on stdout), and what times a pass.
     metrics: MetricLog = field(default_factory=MetricLog)
     timer: Timer = time.monotonic
+    # Where each pool's last applied snapshot is summarised, for `dynagent status`: the
+    # snapshot topic's labels, through a Pub/Sub PublisherClient (built on first write).
+    snapshot_topic: str | None = None
+    topics: Any = None
+    _summaries: SummaryRecorder | None = field(default=None, init=False, repr=False)
+    _label_store: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # AWS pools in a shared config belong to the AWS functions.
         self.config = self.config.for_cloud("gcp")
         self.logger = self.logger or StructuredLogger()
+        if self.snapshot_topic:
+            self._summaries = SummaryRecorder(self._write_summary, self.logger)
+
+    def _write_summary(self, pool: str, summary: Summary, new_error: bool = False) -> None:
+        if self._label_store is None:
+            from .status import TopicLabelStore, topics_client
+
+            self.topics = self.topics or topics_client()
+            self._label_store = TopicLabelStore(self.topics, str(self.snapshot_topic))
+        self._label_store.write(pool, summary, new_error)
 
     @classmethod
     def from_environment(cls, logger: Any = None) -> GcpFunctions:
@@ -89,6 +107,7 @@ class GcpFunctions:
         return cls(
             config=load_config(path),
             dead_letter_topic=os.environ.get(DEAD_LETTER_ENV) or None,
+            snapshot_topic=os.environ.get(SNAPSHOT_TOPIC_ENV) or None,
             logger=logger,
         )
 
@@ -125,6 +144,9 @@ class GcpFunctions:
             return None
         log_outcome(self.logger, outcome)
         self._measure(outcome, now)
+        if self._summaries is not None and outcome.plan is not None and snapshot is not None:
+            refused = outcome.launch.error if outcome.launch is not None else None
+            self._summaries.record(snapshot, refused, self.clock())
         return outcome
 
     def _measure(self, outcome: Outcome, now: datetime) -> None:

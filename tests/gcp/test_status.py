@@ -1,0 +1,106 @@
+"""``dynagent status`` on GCP: the demo's day stopped midway, on the Compute fake, the
+Pub/Sub emulator, and the local topics API that holds the summaries in topic labels."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dynagent.cli import main
+from dynagent.demo.gcp_rig import GcpRig, gcp_rig
+from dynagent.demo.run import Demo, Timeline, VirtualClock
+from dynagent.gcp import clients
+from dynagent.status_command import GcpSource, statuses, write
+from dynagent.testing import pubsub
+
+from . import emulators
+
+
+class _Day:
+    def __init__(self, rig: GcpRig, clock: VirtualClock, timeline: Timeline) -> None:
+        self.rig, self.clock = rig, clock
+        self.demo = Demo(rig, timeline, clock)
+        self.config = rig.functions.config
+
+    def status(self) -> dict[str, Any]:
+        source = GcpSource(
+            self.config,
+            self.rig.compute.instances_client(),
+            self.rig.compute.zone_operations_client(),
+            self.rig.topics,
+            self.rig.topic,
+        )
+        pools = list(self.config.pools.values())
+        (view,) = statuses(self.config, pools, {"gcp": source}, self.clock.now)
+        return view
+
+
+@pytest.fixture
+def midday() -> Iterator[_Day]:
+    """As on AWS: two busy agents, one idle, one that never registers, trial-2 and
+    trial-odd pending; trial-2's first inserts ended in a stockout at 08:05."""
+    emulators.require(pubsub.available())
+    clock = VirtualClock()
+    timeline = Timeline(io.StringIO(), lambda: clock.now, quiet=True)
+    with gcp_rig(lambda: clock.now, timeline) as rig:
+        day = _Day(rig, clock, timeline)
+        day.demo.run(until=timedelta(minutes=4, seconds=30))
+        rig.compute.fail_next_inserts(2)
+        day.demo.run(until=timedelta(minutes=9))
+        yield day
+
+
+def test_status_shows_the_pool_midday(
+    midday: _Day,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    view = midday.status()
+    assert view["cloud"] == "gcp"
+    assert view["counts"] == {"unregistered": 1, "busy": 2, "idle": 1}
+    assert view["at_max"] is True and view["live"] == 4
+    ages = sorted(item["age_s"] for item in view["instances"])
+    assert ages == [240, 240, 570, 570]  # 08:00 and 08:05:30, seen at 08:09:30
+    last = view["last_snapshot"]
+    assert (last["pending"], last["pending_slots"], last["agents"]) == (2, 14, 3)
+    assert (last["busy"], last["idle"], last["draining"]) == (2, 1, 0)
+    # Labels keep the error's code, not its sentence.
+    assert last["launch_error"] == "ZONE_RESOURCE_POOL_EXHAUSTED"
+    assert last["launch_error_at"] == "2026-11-23T08:05:00Z"
+    assert view["plan"]["actions"] == []
+
+    text = io.StringIO()
+    write([view], as_json=False, out=text)
+    assert text.getvalue().startswith(
+        "pool gpu-t4 (gcp) at 2026-11-23T08:09:30Z: 4 of max 4 instances (at max); "
+        "1 unregistered, 2 busy, 1 idle\n"
+    )
+    assert "last launch error at 2026-11-23T08:05:00Z: ZONE_RESOURCE_POOL_EXHAUSTED" in (
+        text.getvalue()
+    )
+
+    # The command, with the environment pointing at the local clouds.
+    monkeypatch.setenv(clients.COMPUTE_ENDPOINT_ENV, midday.rig.compute.endpoint)
+    monkeypatch.setenv("DYNAGENT_PUBSUB_ENDPOINT", midday.rig.topics_endpoint)
+    monkeypatch.setenv("DYNAGENT_SNAPSHOT_TOPIC", midday.rig.topic)
+    clients.instances_client.cache_clear()
+    clients.zone_operations_client.cache_clear()
+    config = tmp_path / "pools.yaml"
+    text_config = (Path(__file__).parents[2] / "shared/dynagent/demo/pool-gcp.yaml").read_text()
+    config.write_text(text_config.replace("PROJECT", midday.rig.compute.project))
+    try:
+        assert main(["status", "--config", str(config), "--json"]) == 0
+    finally:
+        clients.instances_client.cache_clear()
+        clients.zone_operations_client.cache_clear()
+    (cli_view,) = json.loads(capsys.readouterr().out)
+    assert cli_view["counts"] == view["counts"] and cli_view["at_max"] is True
+    assert cli_view["last_snapshot"]["seq"] == last["seq"]
+    assert cli_view["last_snapshot"]["launch_error"] == "ZONE_RESOURCE_POOL_EXHAUSTED"
