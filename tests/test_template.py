@@ -12,6 +12,7 @@ import json
 import re
 import tomllib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -641,3 +642,324 @@ def test_queue_check_notices(template: Template, path: tuple[str, ...], value: A
         parent = parent[key]
     parent[path[-1]] = value
     assert queue_problems(broken)
+
+
+# --- Monitoring: alarms to one topic, and a dashboard of CATALOG's metrics -------------
+
+TOPIC = {"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}
+POOL_ALARMS = 5  # AlarmPools' AllowedPattern takes up to this many names
+MI_QUERY = re.compile(
+    r"SELECT (?P<stat>SUM|MAX|MIN|AVG)\((?P<metric>\w+)\) FROM (?P<namespace>\w+)"
+    r"(?: WHERE pool = '(?P<pool>[^']*)')?"
+)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One alarm: what it watches (namespace/metric, statistic) and when it fires."""
+
+    metric: str
+    statistic: str
+    period: int
+    periods: int
+    threshold: float
+    comparison: str
+    missing: str
+
+
+EXPECTED_ALARMS = {
+    "DeadLetterAlarm": Expected(
+        "AWS/SQS/ApproximateNumberOfMessagesVisible", "Maximum", 300, 1, 0,
+        "GreaterThanThreshold", "notBreaching",
+    ),
+    "ReconcileErrorsAlarm": Expected(
+        "AWS/Lambda/Errors", "Sum", 300, 1, 0, "GreaterThanThreshold", "notBreaching"
+    ),
+    "SweepErrorsAlarm": Expected(
+        "AWS/Lambda/Errors", "Sum", 300, 1, 0, "GreaterThanThreshold", "notBreaching"
+    ),
+    "NoSnapshotsAlarm": Expected(
+        "dynagent/SnapshotsApplied", "SUM", 60, 10, 1, "LessThanThreshold", "breaching"
+    ),
+    "LaunchErrorsAlarm": Expected(
+        "dynagent/LaunchErrors", "SUM", 300, 3, 0, "GreaterThanThreshold", "notBreaching"
+    ),
+    "PendingAtMaxAlarm": Expected(
+        "dynagent/PendingAtMax", "MAX", 300, 6, 1, "GreaterThanOrEqualToThreshold",
+        "notBreaching",
+    ),
+} | {
+    f"NoSnapshotsPool{n}Alarm": Expected(
+        "dynagent/SnapshotsApplied", "SUM", 60, 10, 1, "LessThanThreshold", "breaching"
+    )
+    for n in range(1, POOL_ALARMS + 1)
+}  # fmt: skip
+
+
+def alarm_expression(properties: dict[str, Any]) -> str:
+    """The Metrics Insights query of an alarm, with a per-pool !Sub's pool as ${Pool}."""
+    (query,) = properties["Metrics"]
+    assert query["ReturnData"] is True
+    expression = query["Expression"]
+    if isinstance(expression, dict):
+        text, _ = expression["Fn::Sub"]
+        return str(text)
+    return str(expression)
+
+
+def observed(properties: dict[str, Any]) -> Expected:
+    """What an alarm's properties say, in the terms of Expected."""
+    if "Metrics" in properties:
+        (query,) = properties["Metrics"]
+        match = MI_QUERY.fullmatch(alarm_expression(properties))
+        assert match, f"not a Metrics Insights query: {alarm_expression(properties)}"
+        metric = f"{match['namespace']}/{match['metric']}"
+        statistic, period = match["stat"], query["Period"]
+    else:
+        metric = f"{properties['Namespace']}/{properties['MetricName']}"
+        statistic, period = properties["Statistic"], properties["Period"]
+    return Expected(
+        metric, statistic, period, properties["EvaluationPeriods"], properties["Threshold"],
+        properties["ComparisonOperator"], properties["TreatMissingData"],
+    )  # fmt: skip
+
+
+def alarm_problems(template: Template) -> list[str]:
+    """Alarms that differ from EXPECTED_ALARMS, watch a metric not in CATALOG, or notify
+    anything but the alarm topic."""
+    from dynagent.metrics import BY_NAME, NAMESPACE
+
+    problems = []
+    alarms = resources(template, "AWS::CloudWatch::Alarm")
+    if set(alarms) != set(EXPECTED_ALARMS):
+        problems.append(f"alarms {sorted(alarms)} are not {sorted(EXPECTED_ALARMS)}")
+    for name, alarm in alarms.items():
+        properties = alarm["Properties"]
+        expected = EXPECTED_ALARMS.get(name)
+        got = observed(properties)
+        if expected is not None and got != expected:
+            problems.append(f"{name}: {got} is not {expected}")
+        # Every evaluation period must breach ("for 15 minutes"), not M of N.
+        if properties.get("DatapointsToAlarm", got.periods) != got.periods:
+            problems.append(f"{name}: DatapointsToAlarm is not EvaluationPeriods")
+        namespace, _, metric = got.metric.rpartition("/")
+        if namespace == NAMESPACE and metric not in BY_NAME:
+            problems.append(f"{name}: {metric} is not in the metrics CATALOG")
+        for actions in ("AlarmActions", "OKActions"):
+            if properties.get(actions) != [TOPIC]:
+                problems.append(f"{name}: {actions} is not the alarm topic")
+    return problems
+
+
+def test_the_alarms_watch_what_they_should_and_notify_the_topic(template: Template) -> None:
+    assert alarm_problems(template) == []
+
+
+def test_the_alarm_topic_is_made_only_without_a_parameter(template: Template) -> None:
+    topic = template["Resources"]["AlarmTopic"]
+    assert topic["Condition"] == "CreateAlarmTopic"
+    assert template["Conditions"]["CreateAlarmTopic"] == {
+        "Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]
+    }
+    subscription = template["Resources"]["AlarmEmailSubscription"]
+    assert subscription["Condition"] == "HasAlarmEmail"
+    assert subscription["Properties"]["TopicArn"] == TOPIC
+    assert subscription["Properties"]["Endpoint"] == {"Ref": "AlarmEmail"}
+    assert template["Outputs"]["AlarmTopicArn"]["Value"] == TOPIC
+    for parameter in ("AlarmTopicArn", "AlarmEmail", "AlarmPools"):
+        assert template["Parameters"][parameter]["Default"] == ""
+
+
+def test_the_function_and_queue_alarms_name_this_stacks_resources(template: Template) -> None:
+    alarms = template["Resources"]
+    dlq = "DeadLetterQueue"
+    dimension = {
+        "DeadLetterAlarm": {"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq, "QueueName"]}},
+        "ReconcileErrorsAlarm": {"Name": "FunctionName", "Value": {"Ref": "ReconcileFunction"}},
+        "SweepErrorsAlarm": {"Name": "FunctionName", "Value": {"Ref": "SweepFunction"}},
+    }  # fmt: skip
+    for name, wanted in dimension.items():
+        assert alarms[name]["Properties"]["Dimensions"] == [wanted]
+
+
+def _evaluate(value: Any, parameters: dict[str, str]) -> Any:
+    """CloudFormation's Ref, Sub (of parameters), Split, Select, Equals, Not: enough for
+    the conditions and the pool alarms' queries."""
+    if isinstance(value, list):
+        return [_evaluate(item, parameters) for item in value]
+    if not isinstance(value, dict):
+        return value
+    ((function, argument),) = value.items()
+    if function == "Ref":
+        return parameters[argument]
+    if function == "Fn::Sub":
+        text, variables = (argument, {}) if isinstance(argument, str) else argument
+        names = parameters | {k: _evaluate(v, parameters) for k, v in variables.items()}
+        return re.sub(r"\$\{([^}]+)\}", lambda m: names[m.group(1)], text)
+    argument = _evaluate(argument, parameters)
+    if function == "Fn::Split":
+        return argument[1].split(argument[0])
+    if function == "Fn::Select":
+        index, items = argument
+        if not 0 <= index < len(items):
+            raise IndexError("Fn::Select out of range fails the deployment")
+        return items[index]
+    if function == "Fn::Equals":
+        return argument[0] == argument[1]
+    if function == "Fn::Not":
+        return not argument[0]
+    raise AssertionError(f"unexpected {function}")
+
+
+@pytest.mark.parametrize(
+    "pools", [[], ["a100"], ["a100", "t4.spot"], ["p1", "p2", "p3", "p4", "p5"]]
+)
+def test_each_pool_in_alarm_pools_gets_its_own_snapshot_alarm(
+    template: Template, pools: list[str]
+) -> None:
+    value = ",".join(pools)
+    assert re.fullmatch(template["Parameters"]["AlarmPools"]["AllowedPattern"], value)
+    parameters = {"AlarmPools": value}
+    made = {}
+    for n in range(1, POOL_ALARMS + 1):
+        alarm = template["Resources"][f"NoSnapshotsPool{n}Alarm"]
+        if _evaluate(template["Conditions"][alarm["Condition"]], parameters):
+            (query,) = alarm["Properties"]["Metrics"]
+            made[n] = _evaluate(query["Expression"], parameters)
+    assert made == {
+        n: f"SELECT SUM(SnapshotsApplied) FROM dynagent WHERE pool = '{pool}'"
+        for n, pool in enumerate(pools, start=1)
+    }
+
+
+@pytest.mark.parametrize(
+    "value", ["p1,p2,p3,p4,p5,p6", "a100,", ",a100", "it's", "a b", "a100,,t4"]
+)
+def test_alarm_pools_refuses_what_the_alarms_cannot_take(template: Template, value: str) -> None:
+    assert not re.fullmatch(template["Parameters"]["AlarmPools"]["AllowedPattern"], value)
+
+
+def dashboard_body(template: Template) -> tuple[dict[str, Any], set[str]]:
+    """The dashboard's JSON with each ${X} replaced by a placeholder SUB(X), and the Xs."""
+    text = template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    assert isinstance(text, str)
+    names = set(re.findall(r"\$\{([^}]+)\}", text))
+    body = json.loads(re.sub(r"\$\{([^}]+)\}", r"SUB(\1)", text))
+    assert isinstance(body, dict)
+    return body, names
+
+
+SEARCH = re.compile(
+    r"SEARCH\('Namespace=\"(?P<namespace>[^\"]+)\" MetricName=\"(?P<metric>\w+)\"', "
+    r"'(?P<stat>\w+)', (?P<period>\d+)\)"
+)
+# What the dashboard must show, from the issue: fleet, demand, cost, launches and
+# terminations by reason, refusals by code, snapshot age.
+DASHBOARD_METRICS = {
+    "Instances", "Agents", "PendingSlots", "CostPerHour", "Launches", "Terminations",
+    "LaunchErrors", "SnapshotAge",
+}  # fmt: skip
+
+
+def dashboard_problems(template: Template) -> list[str]:
+    from dynagent.metrics import BY_NAME, NAMESPACE
+
+    problems = []
+    body, names = dashboard_body(template)
+    resources_ = set(template["Resources"])
+    for name in names:
+        if name.split(".")[0] not in resources_ and name not in ("AWS::Region", "AWS::StackName"):
+            problems.append(f"${{{name}}} is not a resource, its attribute or a pseudo parameter")
+    shown = set()
+    for widget in body["widgets"]:
+        for line in widget.get("properties", {}).get("metrics", []):
+            for item in line:
+                if isinstance(item, dict) and "SEARCH" in item.get("expression", ""):
+                    match = SEARCH.fullmatch(item["expression"])
+                    if not match or match["namespace"] != NAMESPACE:
+                        problems.append(f"a search outside {NAMESPACE}: {item['expression']}")
+                    elif match["metric"] not in BY_NAME:
+                        problems.append(f"{match['metric']} is not in the metrics CATALOG")
+                    else:
+                        shown.add(match["metric"])
+            if line and line[0] == NAMESPACE:
+                problems.append(f"{line[1]}: a dynagent metric with a fixed dimension set")
+    if missing := DASHBOARD_METRICS - shown:
+        problems.append(f"the dashboard lacks {sorted(missing)}")
+    alarms = [w for w in body["widgets"] if w["type"] == "alarm"]
+    listed = {a for w in alarms for a in w["properties"]["alarms"]}
+    unconditional = {
+        f"SUB({name}.Arn)"
+        for name, alarm in resources(template, "AWS::CloudWatch::Alarm").items()
+        if "Condition" not in alarm
+    }
+    if len(alarms) != 1 or not unconditional <= listed:
+        problems.append(f"the alarm widget does not list {sorted(unconditional - listed)}")
+    return problems
+
+
+def test_the_dashboard_is_json_of_catalog_metrics(template: Template) -> None:
+    assert dashboard_problems(template) == []
+    body, _ = dashboard_body(template)
+    # Widgets do not overlap on the 24-column grid.
+    cells = set()
+    for widget in body["widgets"]:
+        assert widget["x"] + widget["width"] <= 24
+        for x in range(widget["x"], widget["x"] + widget["width"]):
+            for y in range(widget["y"], widget["y"] + widget["height"]):
+                assert (x, y) not in cells, f"widgets overlap at {(x, y)}"
+                cells.add((x, y))
+
+
+def _set_body(template: Template, old: str, new: str) -> Template:
+    broken = copy.deepcopy(template)
+    properties = broken["Resources"]["Dashboard"]["Properties"]
+    text = properties["DashboardBody"]["Fn::Sub"]
+    assert old in text
+    properties["DashboardBody"]["Fn::Sub"] = text.replace(old, new, 1)
+    return broken
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('MetricName=\\"Instances\\"', 'MetricName=\\"Instance\\"'),
+        ('MetricName=\\"LaunchErrors\\"', 'MetricName=\\"DeadLetters\\"'),
+        ('Namespace=\\"dynagent\\" MetricName=\\"Agents', 'Namespace=\\"x\\" MetricName=\\"Agents'),
+        ('"${SweepErrorsAlarm.Arn}"', '"${NoSuchAlarm.Arn}"'),
+        ('"${LaunchErrorsAlarm.Arn}", ', ""),
+        ('["AWS/SQS"', '["dynagent", "Instances", "pool", "a100"], ["AWS/SQS"'),
+        ('"widgets": [', '"widgets": [,'),
+    ],
+)
+def test_the_dashboard_check_notices(template: Template, old: str, new: str) -> None:
+    broken = _set_body(template, old, new)
+    try:
+        assert dashboard_problems(broken)
+    except json.JSONDecodeError:
+        assert new.endswith(",")  # the one edit that breaks the JSON itself
+
+
+@pytest.mark.parametrize(
+    ("alarm", "key", "value"),
+    [
+        ("DeadLetterAlarm", "Threshold", 5),
+        ("NoSnapshotsAlarm", "TreatMissingData", "notBreaching"),
+        ("LaunchErrorsAlarm", "EvaluationPeriods", 1),
+        ("PendingAtMaxAlarm", "ComparisonOperator", "GreaterThanThreshold"),
+        ("SweepErrorsAlarm", "OKActions", []),
+        ("ReconcileErrorsAlarm", "AlarmActions", ["arn:aws:sns:us-east-1:123456789012:other"]),
+        ("NoSnapshotsPool3Alarm", "DatapointsToAlarm", 5),
+    ],
+)
+def test_the_alarm_check_notices(template: Template, alarm: str, key: str, value: Any) -> None:
+    broken = copy.deepcopy(template)
+    broken["Resources"][alarm]["Properties"][key] = value
+    assert alarm_problems(broken)
+
+
+def test_the_alarm_check_notices_a_metric_outside_the_catalog(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    (query,) = broken["Resources"]["LaunchErrorsAlarm"]["Properties"]["Metrics"]
+    query["Expression"] = "SELECT SUM(LaunchFailures) FROM dynagent"
+    assert any("not in the metrics CATALOG" in p for p in alarm_problems(broken))

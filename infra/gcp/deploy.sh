@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Deploy dynagent's GCP side with gcloud: topics, service account, least-privilege IAM,
-# the reconcile and sweep Cloud Functions (gen2) and the one-minute sweep schedule.
+# the reconcile and sweep Cloud Functions (gen2), the one-minute sweep schedule, and
+# their monitoring: log-based metrics, alert policies and a dashboard.
 # Run with --help for the options; infra/gcp/README.md explains what it creates and why.
 #
 # Idempotent where gcloud allows: what exists is described first and left alone (or
-# updated in place, for the custom role and the schedule); the functions are redeployed.
+# updated in place, for the custom role, the schedule, the log-based metrics, the alert
+# policies and the dashboard); the functions are redeployed.
 # --dry-run prints every gcloud command, one per line and quoted for a shell, and runs
 # none: it needs no credentials, no network and no gcloud at all.
 set -euo pipefail
@@ -19,6 +21,7 @@ CONFIG=${DYNAGENT_CONFIG_FILE:-}
 NAME=${DYNAGENT_NAME:-dynagent}
 RUNTIME=${DYNAGENT_RUNTIME:-python313}
 BRIDGE_ACCOUNTS=${DYNAGENT_BRIDGE_SERVICE_ACCOUNT:-}
+ALERT_EMAIL=${DYNAGENT_ALERT_EMAIL:-}
 DRY_RUN=0
 BRIDGE_LIST=()
 
@@ -28,6 +31,7 @@ SERVICES=(
   cloudfunctions.googleapis.com run.googleapis.com eventarc.googleapis.com
   pubsub.googleapis.com cloudscheduler.googleapis.com cloudbuild.googleapis.com
   compute.googleapis.com artifactregistry.googleapis.com iam.googleapis.com
+  logging.googleapis.com monitoring.googleapis.com
 )
 
 # The Compute Engine calls the functions make (shared/dynagent/gcp/compute.py), and
@@ -63,6 +67,9 @@ usage: infra/gcp/deploy.sh --project P --region R --config FILE [options]
   --bridge-service-account EMAIL
                    may publish snapshots (dynagent bridge's identity); repeatable
                                                    ($DYNAGENT_BRIDGE_SERVICE_ACCOUNT)
+  --alert-email ADDRESS
+                   an email notification channel for the alert policies
+                                                   ($DYNAGENT_ALERT_EMAIL)
   --dry-run        print the gcloud commands, one per line, and run none
   -h, --help       this help
 EOF
@@ -86,6 +93,7 @@ parse_args() {
         BRIDGE_ACCOUNTS="${BRIDGE_ACCOUNTS:+$BRIDGE_ACCOUNTS,}${2:?--bridge-service-account needs a value}"
         shift
         ;;
+      --alert-email) ALERT_EMAIL=${2:?--alert-email needs a value}; shift ;;
       --dry-run) DRY_RUN=1 ;;
       -h | --help) usage; exit 0 ;;
       *) usage >&2; die "unknown argument: $1" ;;
@@ -111,6 +119,8 @@ check_inputs() {
     [[ $account =~ ^[a-z0-9._-]+@[a-z0-9.-]+$ ]] ||
       die "--bridge-service-account $account is not a service account email"
   done
+  [[ -z $ALERT_EMAIL || $ALERT_EMAIL =~ ^[^@[:space:]\'\"]+@[^@[:space:]\'\"]+$ ]] ||
+    die "--alert-email $ALERT_EMAIL is not an email address"
   if ((!DRY_RUN)); then
     command -v gcloud >/dev/null || die "gcloud is not on PATH (or use --dry-run)"
   fi
@@ -471,6 +481,82 @@ schedule_sweep() {
   fi
 }
 
+# --- monitoring -----------------------------------------------------------------------
+
+CHANNEL=''
+
+# VAR=$(command) for a lookup that may find nothing: a dry run finds nothing.
+lookup() {
+  local var=$1 out=''
+  shift
+  ((DRY_RUN)) || out=$("$@" 2>/dev/null) || out=''
+  printf -v "$var" '%s' "${out%%$'\n'*}" # the first, should there be several
+}
+
+# The email channel, found by its address or created; policies notify it.
+notification_channel() {
+  [[ -n $ALERT_EMAIL ]] || return 0
+  lookup CHANNEL gcloud beta monitoring channels list --project="$PROJECT" \
+    --filter="type=\"email\" AND labels.email_address=\"$ALERT_EMAIL\"" --format='value(name)'
+  [[ -n $CHANNEL ]] ||
+    capture CHANNEL gcloud beta monitoring channels create --project="$PROJECT" --type=email \
+      --display-name="$NAME alerts ($ALERT_EMAIL)" --channel-labels="email_address=$ALERT_EMAIL" \
+      --format='value(name)'
+}
+
+# Log-based metrics have ids; policies and the dashboard only display names, which
+# monitoring.py makes unique with NAME, so a rerun finds and replaces them.
+ensure_log_metric() {
+  local verb=create
+  exists gcloud logging metrics describe "$1" --project="$PROJECT" && verb=update
+  run gcloud logging metrics "$verb" "$1" --project="$PROJECT" --config-from-file="$2"
+}
+
+ensure_policy() {
+  local found
+  lookup found gcloud alpha monitoring policies list --project="$PROJECT" \
+    --filter="displayName=\"$1\"" --format='value(name)'
+  if [[ -n $found ]]; then
+    run gcloud alpha monitoring policies update "$found" --project="$PROJECT" \
+      --policy-from-file="$2" --quiet
+  else
+    run gcloud alpha monitoring policies create --project="$PROJECT" --policy-from-file="$2" --quiet
+  fi
+}
+
+ensure_dashboard() {
+  local found
+  lookup found gcloud monitoring dashboards list --project="$PROJECT" \
+    --filter="displayName=\"$1\"" --format='value(name)'
+  if [[ -n $found ]]; then
+    run gcloud monitoring dashboards update "$found" --project="$PROJECT" \
+      --config-from-file="$2" --quiet
+  else
+    run gcloud monitoring dashboards create --project="$PROJECT" --config-from-file="$2" --quiet
+  fi
+}
+
+# The files come from the metrics CATALOG (monitoring.py); the functions log each point
+# as {"message": "dynagent metric", "metric": ..., "value": ..., "pool": ..., ...}.
+create_monitoring() {
+  local manifest kind key file
+  notification_channel
+  manifest=$("$(python_for_facts)" "$HERE/monitoring.py" "$WORK/monitoring" "$NAME" "$CHANNEL") ||
+    die "could not write the monitoring files"
+  ((DRY_RUN)) && echo "# monitoring files: $WORK/monitoring"
+  # shellcheck disable=SC2016 # the placeholder itself is the message
+  [[ $CHANNEL == '${CHANNEL}' ]] &&
+    echo '# the policy files name the channel as ${CHANNEL}; a real run writes its name'
+  # fd 3, so that no gcloud reads the list on its stdin.
+  while IFS=$'\t' read -r -u 3 kind key file; do
+    case $kind in
+      metric) ensure_log_metric "$key" "$file" ;;
+      policy) ensure_policy "$key" "$file" ;;
+      dashboard) ensure_dashboard "$key" "$file" ;;
+    esac
+  done 3<<<"$manifest"
+}
+
 summary() {
   local i
   echo "# dynagent '$NAME' on GCP: project $PROJECT, region $REGION"
@@ -485,6 +571,8 @@ closing_notes() {
     "with the pool name as ordering key (dynagent publish --to projects/$PROJECT/topics/$SNAPSHOTS)"
   [[ -n $BRIDGE_ACCOUNTS ]] ||
     echo "# no --bridge-service-account: grant the publisher roles/pubsub.publisher on $SNAPSHOTS"
+  [[ -n $ALERT_EMAIL ]] ||
+    echo "# no --alert-email: the alert policies notify no one until you add a channel"
   ((DRY_RUN)) && echo "# dry run: nothing was run"
   return 0
 }
@@ -508,6 +596,7 @@ main() {
   deploy_functions
   dead_letter_reconcile_trigger
   schedule_sweep
+  create_monitoring
   closing_notes
 }
 

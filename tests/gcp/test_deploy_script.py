@@ -44,12 +44,15 @@ SERVICES = {
     "cloudfunctions.googleapis.com", "run.googleapis.com", "eventarc.googleapis.com",
     "pubsub.googleapis.com", "cloudscheduler.googleapis.com", "cloudbuild.googleapis.com",
     "compute.googleapis.com", "artifactregistry.googleapis.com", "iam.googleapis.com",
+    "logging.googleapis.com", "monitoring.googleapis.com",
 }  # fmt: skip
 
 # What the recording fake answers to the lookups whose output the script uses.
 FAKE_TRIGGER = "dynagent-reconcile-123456"
 FAKE_SUBSCRIPTION = f"projects/{PROJECT}/subscriptions/eventarc-us-central1-{FAKE_TRIGGER}-sub-1"
 FAKE_PROJECT_NUMBER = "123456789012"
+FAKE_CHANNEL = f"projects/{PROJECT}/notificationChannels/4242"
+FAKE_FOUND = f"projects/{PROJECT}/found/1"  # what a list finds when things exist
 
 FAILING_GCLOUD = """#!/bin/sh
 echo "$*" >> "{marker}"
@@ -70,6 +73,11 @@ elif words[:3] == ["eventarc", "triggers", "describe"]:
     print("{subscription}")
 elif words[:2] == ["projects", "describe"]:
     print("{number}")
+elif words[:4] == ["beta", "monitoring", "channels", "create"]:
+    print("{channel}")
+elif "list" in words[:4]:
+    if exists:
+        print("{found}")
 elif "get-iam-policy" in words:
     if exists:
         print(open(os.environ["FAKE_GCLOUD_EXPRESSION"]).read().strip())
@@ -596,6 +604,8 @@ def _recording_gcloud() -> str:
         trigger=FAKE_TRIGGER,
         subscription=FAKE_SUBSCRIPTION,
         number=FAKE_PROJECT_NUMBER,
+        channel=FAKE_CHANNEL,
+        found=FAKE_FOUND,
     )
 
 
@@ -603,7 +613,7 @@ def _calls(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def real_run(tmp_path: Path, *, exists: bool, expression: str = "") -> list[list[str]]:
+def real_run(tmp_path: Path, *args: str, exists: bool, expression: str = "") -> list[list[str]]:
     tmp_path = tmp_path / "real"
     tmp_path.mkdir()
     log = tmp_path / "calls.jsonl"
@@ -617,14 +627,15 @@ def real_run(tmp_path: Path, *, exists: bool, expression: str = "") -> list[list
         FAKE_GCLOUD_EXPRESSION=str(expression_file),
     )
     result = deploy(
-        env, "--project", PROJECT, "--region", REGION, "--config", str(EXAMPLE), dry_run=False
-    )
+        env, "--project", PROJECT, "--region", REGION, "--config", str(EXAMPLE), *args,
+        dry_run=False,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert not list((tmp_path / "work").iterdir()), "the staging directory was left behind"
     return _calls(log)
 
 
-LOOKUPS = ("describe", "get-iam-policy")
+LOOKUPS = ("describe", "get-iam-policy", "list")
 # The staging directory a run makes (its name is random), wherever a word mentions it.
 WORK_DIR = re.compile(r"[^\s=]*/dynagent-gcp-dynagent\.\w+")
 
@@ -633,7 +644,7 @@ def _changes(calls: list[list[str]]) -> list[list[str]]:
     """The calls that change something, with the temporary paths made comparable."""
     changes = []
     for call in calls:
-        if call[1] in LOOKUPS or call[2] in LOOKUPS:
+        if any(word in LOOKUPS for word in call[1:4]):
             continue
         changes.append([WORK_DIR.sub("WORK", word) for word in call])
     return changes
@@ -681,6 +692,160 @@ def test_a_binding_with_a_stale_condition_is_replaced(tmp_path: Path) -> None:
         ["projects", "remove-iam-policy-binding"],
         ["projects", "add-iam-policy-binding"],
     ]
+
+
+# --------------------------------------------------------------------------------------
+# Monitoring: log-based metrics of the CATALOG, alert policies, a dashboard
+# --------------------------------------------------------------------------------------
+
+USER_METRIC = re.compile(r"logging\.googleapis\.com/user/dynagent_(\w+)")
+PROMQL_METRIC = re.compile(r"logging_googleapis_com:user_dynagent_(\w+?)_(?:sum|count)\b")
+POLICIES = {
+    "dynagent: dead letters": "pubsub.googleapis.com/subscription/num_undelivered_messages",
+    "dynagent: function errors": "run.googleapis.com/request_count",
+    "dynagent: no snapshots": "logging.googleapis.com/user/dynagent_SnapshotsApplied",
+    "dynagent: launch errors": "logging.googleapis.com/user/dynagent_LaunchErrors",
+    "dynagent: pending at max": "logging.googleapis.com/user/dynagent_PendingAtMax",
+}
+
+
+def _file(command: list[str], flag: str) -> Any:
+    return json.loads(Path(flags(command)[flag]).read_text())
+
+
+def test_a_log_based_metric_per_catalog_metric(printed: Run) -> None:
+    from dynagent.metrics import CATALOG
+
+    created = printed.find("logging", "metrics", "create")
+    assert [c[4] for c in created] == [f"dynagent_{spec.name}" for spec in CATALOG]
+    for spec, command in zip(CATALOG, created, strict=True):
+        assert flags(command)["project"] == PROJECT
+        config = _file(command, "config-from-file")
+        assert config["name"] == command[4]
+        # Only the functions' metric lines, and only this metric's.
+        assert (
+            'resource.labels.service_name=("dynagent-reconcile" OR "dynagent-sweep")'
+            in (config["filter"])
+        )
+        assert config["filter"].endswith(
+            f'jsonPayload.message="dynagent metric" AND jsonPayload.metric="{spec.name}"'
+        )
+        assert config["valueExtractor"] == "EXTRACT(jsonPayload.value)"
+        assert config["labelExtractors"] == {
+            d: f"EXTRACT(jsonPayload.{d})" for d in spec.dimensions
+        }
+        descriptor = config["metricDescriptor"]
+        assert (descriptor["metricKind"], descriptor["valueType"]) == ("DELTA", "DISTRIBUTION")
+        assert [label["key"] for label in descriptor["labels"]] == list(spec.dimensions)
+        assert "bucketOptions" in config
+
+
+def test_alert_policies_watch_catalog_metrics_and_gcp_signals(printed: Run) -> None:
+    from dynagent.metrics import BY_NAME
+
+    policies = {}
+    for command in printed.find("alpha", "monitoring", "policies", "create"):
+        assert flags(command)["project"] == PROJECT
+        policy = _file(command, "policy-from-file")
+        policies[policy["displayName"]] = policy
+    assert set(policies) == set(POLICIES)
+    for title, metric in POLICIES.items():
+        (condition,) = policies[title]["conditions"]
+        (body,) = (v for k, v in condition.items() if k.startswith("condition"))
+        assert f'metric.type="{metric}"' in body["filter"]
+        for name in USER_METRIC.findall(body["filter"]):
+            assert name in BY_NAME
+        assert policies[title]["notificationChannels"] == []  # no --alert-email
+    dead = policies["dynagent: dead letters"]["conditions"][0]["conditionThreshold"]
+    assert 'resource.labels.subscription_id="dynagent-dead-letters"' in dead["filter"]
+    assert (dead["comparison"], dead["thresholdValue"]) == ("COMPARISON_GT", 0)
+    errors = policies["dynagent: function errors"]["conditions"][0]["conditionThreshold"]
+    assert 'metric.labels.response_code_class="5xx"' in errors["filter"]
+    absent = policies["dynagent: no snapshots"]["conditions"][0]["conditionAbsent"]
+    assert absent["duration"] == "600s"
+    assert absent["aggregations"][0]["groupByFields"] == ["metric.label.pool"]
+    for title, duration in (("launch errors", "900s"), ("pending at max", "1800s")):
+        condition = policies[f"dynagent: {title}"]["conditions"][0]["conditionThreshold"]
+        assert condition["duration"] == duration
+        assert (condition["comparison"], condition["thresholdValue"]) == ("COMPARISON_GT", 0)
+        assert condition["aggregations"][0]["perSeriesAligner"] == "ALIGN_MEAN"
+
+
+def test_the_dashboard_charts_catalog_metrics(printed: Run) -> None:
+    from dynagent.metrics import BY_NAME
+
+    command = printed.one("monitoring", "dashboards", "create")
+    dashboard = _file(command, "config-from-file")
+    assert dashboard["displayName"].startswith("dynagent: ")
+    queries = [
+        data["timeSeriesQuery"]["prometheusQuery"]
+        for tile in dashboard["mosaicLayout"]["tiles"]
+        for data in tile["widget"]["xyChart"]["dataSets"]
+    ]
+    charted = {name for query in queries for name in PROMQL_METRIC.findall(query)}
+    assert charted <= set(BY_NAME)
+    assert {
+        "Instances", "Agents", "PendingSlots", "CostPerHour", "Launches", "Terminations",
+        "LaunchErrors", "SnapshotAge",
+    } <= charted  # fmt: skip
+    assert any("by (pool, reason)" in q and "Terminations" in q for q in queries)
+    assert any("by (pool, code)" in q and "LaunchErrors" in q for q in queries)
+
+
+def test_an_alert_email_gets_a_channel_that_every_policy_notifies(tmp_path: Path) -> None:
+    result = dry_run(tmp_path, "--alert-email", "ops@example.com")
+    assert result.returncode == 0, result.stderr
+    channel = result.captures["CHANNEL"]
+    assert channel[1:5] == ["beta", "monitoring", "channels", "create"]
+    assert flags(channel)["channel-labels"] == "email_address=ops@example.com"
+    assert flags(channel)["type"] == "email"
+    for command in result.find("alpha", "monitoring", "policies", "create"):
+        assert _file(command, "policy-from-file")["notificationChannels"] == ["${CHANNEL}"]
+    assert "no --alert-email" not in result.stdout
+
+
+def test_a_bad_alert_email_is_refused(tmp_path: Path) -> None:
+    result = dry_run(tmp_path, "--alert-email", "not-an-address")
+    assert result.returncode == 2
+    assert "--alert-email not-an-address is not an email address" in result.stderr
+
+
+def test_a_second_deployment_replaces_the_monitoring_in_place(tmp_path: Path) -> None:
+    changes = _changes(real_run(tmp_path, "--alert-email", "ops@example.com", exists=True))
+    monitoring = [c for c in changes if c[0] in ("logging", "alpha", "beta", "monitoring")]
+    assert not [c for c in monitoring if "create" in c[:4]], monitoring
+    assert len([c for c in monitoring if c[:3] == ["logging", "metrics", "update"]]) == 14
+    updated = [c for c in monitoring if c[:4] == ["alpha", "monitoring", "policies", "update"]]
+    assert [c[4] for c in updated] == [FAKE_FOUND] * len(POLICIES)
+    assert [c[:4] for c in monitoring if c[0] == "monitoring"] == [
+        ["monitoring", "dashboards", "update", FAKE_FOUND]
+    ]
+
+
+def test_a_first_deployment_creates_the_channel_and_names_it(tmp_path: Path) -> None:
+    calls = real_run(tmp_path, "--alert-email", "ops@example.com", exists=False)
+    assert [c[:4] for c in calls if c[:2] == ["beta", "monitoring"]] == [
+        ["beta", "monitoring", "channels", "list"],
+        ["beta", "monitoring", "channels", "create"],
+    ]
+    assert len([c for c in calls if c[:4] == ["alpha", "monitoring", "policies", "create"]]) == 5
+
+
+def test_the_monitoring_files_name_the_channel_given(tmp_path: Path) -> None:
+    sys.path.insert(0, str(INFRA))
+    try:
+        import monitoring
+    finally:
+        sys.path.remove(str(INFRA))
+    made = monitoring.write(tmp_path, "gpu-prod", FAKE_CHANNEL)
+    for kind, _, path in made:
+        if kind == "policy":
+            assert json.loads(path.read_text())["notificationChannels"] == [FAKE_CHANNEL]
+    names = [key for kind, key, _ in made if kind != "metric"]
+    assert all(name.startswith("gpu-prod: ") for name in names)
+    assert monitoring.promql_name("gpu-prod", "Agents") == (
+        "logging_googleapis_com:user_gpu_prod_Agents"
+    )
 
 
 # --------------------------------------------------------------------------------------
