@@ -264,6 +264,37 @@ def _marks_only(statement: Statement) -> bool:
     return bool(keys) and present and all(key.startswith("dynagent:") for key in keys)
 
 
+def interruption_problems(template: Template) -> list[str]:
+    """EC2's spot notices reach the interruption function, and it may act on the fleet
+    exactly as the others do: through the shared fleet policy, nothing more."""
+    from dynagent.aws.notices import DETAIL_TYPES
+
+    problems = []
+    function = function_by_handler(template, "app.interruption")["Properties"]
+    rules = [e for e in function.get("Events", {}).values() if e["Type"] == "EventBridgeRule"]
+    if len(rules) != 1:
+        return [f"the interruption function has {len(rules)} EventBridge rules, not 1"]
+    pattern = rules[0]["Properties"].get("Pattern", {})
+    if pattern.get("source") != ["aws.ec2"]:
+        problems.append(f"the rule's source is {pattern.get('source')!r}, not ['aws.ec2']")
+    if sorted(pattern.get("detail-type", [])) != sorted(DETAIL_TYPES):
+        problems.append(f"the rule matches {pattern.get('detail-type')!r}, not the notices")
+    if set(pattern) - {"source", "detail-type"}:
+        problems.append(
+            f"the rule narrows the notices by {sorted(set(pattern) - {'source', 'detail-type'})}"
+        )
+    if function.get("ReservedConcurrentExecutions") != 1:
+        problems.append("notices are not handled one at a time")
+    role = function["Role"]["Fn::GetAtt"][0]
+    for policy in ("FleetPolicy", "PassAgentRolePolicy"):
+        if {"Ref": role} not in template["Resources"][policy]["Properties"]["Roles"]:
+            problems.append(f"{policy} is not attached to {role}")
+    inline = template["Resources"][role]["Properties"].get("Policies", [])
+    if [p["PolicyName"] for p in inline] != ["logs"]:
+        problems.append(f"{role} has inline policies beyond its logs")
+    return problems
+
+
 def queue_problems(template: Template) -> list[str]:
     """The snapshot queue: FIFO, a FIFO dead-letter queue, finite redrive, long visibility."""
     problems = []
@@ -306,6 +337,42 @@ def test_iam_is_least_privilege_on_the_managed_tag(template: Template) -> None:
 
 def test_queue_is_fifo_with_a_dead_letter_queue(template: Template) -> None:
     assert queue_problems(template) == []
+
+
+def test_spot_notices_reach_the_interruption_function(template: Template) -> None:
+    assert interruption_problems(template) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("Pattern", "source"), ["aws.events"]),
+        (("Pattern", "detail-type"), ["EC2 Spot Instance Interruption Warning"]),
+        (("Pattern", "detail"), {"instance-action": ["terminate"]}),
+    ],
+)
+def test_interruption_check_notices_a_wrong_rule(
+    template: Template, path: tuple[str, str], value: Any
+) -> None:
+    broken = copy.deepcopy(template)
+    events = broken["Resources"]["InterruptionFunction"]["Properties"]["Events"]
+    events["SpotNotices"]["Properties"][path[0]][path[1]] = value
+    assert interruption_problems(broken)
+
+
+@pytest.mark.parametrize("policy", ["FleetPolicy", "PassAgentRolePolicy"])
+def test_interruption_check_notices_a_missing_policy(template: Template, policy: str) -> None:
+    broken = copy.deepcopy(template)
+    roles = broken["Resources"][policy]["Properties"]["Roles"]
+    roles.remove({"Ref": "InterruptionRole"})
+    assert interruption_problems(broken)
+
+
+def test_interruption_check_notices_an_extra_inline_policy(template: Template) -> None:
+    broken = copy.deepcopy(template)
+    policies = broken["Resources"]["InterruptionRole"]["Properties"]["Policies"]
+    policies.append({"PolicyName": "queues", "PolicyDocument": {"Statement": []}})
+    assert interruption_problems(broken)
 
 
 def test_the_ec2_policy_names_exactly_the_reviewed_actions(template: Template) -> None:
@@ -448,12 +515,12 @@ def test_policy_placeholders_are_parameters_or_pseudo_parameters(template: Templ
 
 def test_handlers_exist_in_the_entry_module(template: Template) -> None:
     handlers = {f["Properties"]["Handler"] for f in functions(template).values()}
-    assert handlers == {"app.reconcile", "app.sweep"}
+    assert handlers == {"app.reconcile", "app.sweep", "app.interruption"}
     for function in functions(template).values():
         assert function["Properties"]["CodeUri"].rstrip("/") == "functions/aws"
     module = ast.parse((ROOT / "functions" / "aws" / "app.py").read_text())
     defined = {node.name for node in module.body if isinstance(node, ast.FunctionDef)}
-    assert {"reconcile", "sweep"} <= defined
+    assert {"reconcile", "sweep", "interruption"} <= defined
 
 
 def test_sweep_runs_every_minute_one_at_a_time(template: Template) -> None:

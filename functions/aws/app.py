@@ -1,4 +1,5 @@
-"""AWS Lambda entry points: ``app.reconcile`` (SQS FIFO batches) and ``app.sweep`` (schedule).
+"""AWS Lambda entry points: ``app.reconcile`` (SQS FIFO batches), ``app.sweep`` (schedule)
+and ``app.interruption`` (EC2 spot notices from EventBridge).
 
 They parse, call the shared reconcile code, and report; no logic of their own. Metrics
 go to the log as CloudWatch embedded metric format (``dynagent.aws.emf``). Tracer records
@@ -43,3 +44,9 @@ def sweep(event: dict[str, Any], context: Any) -> dict[str, Any]:
         # Fail the invocation so the function's Errors metric shows it; pools are logged.
         raise RuntimeError(f"sweep failed for pool(s): {', '.join(failed)}")
     return {"pools": [outcome.report() for outcome in outcomes]}
+
+
+@logger.inject_lambda_context
+def interruption(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    outcome = _current().handle_notice(event)
+    return {"pools": [outcome.report()] if outcome is not None else []}

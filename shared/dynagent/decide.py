@@ -11,7 +11,7 @@ import functools
 import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from dynagent.config import Pool, ProviderConfig, Settings
 from dynagent.durations import format_duration
@@ -21,6 +21,7 @@ from dynagent.packing import AT_MAX, Demand, Existing, pack
 from dynagent.plan import (
     Adoption,
     Cancellation,
+    Interruption,
     Launch,
     MarkWrite,
     Plan,
@@ -40,6 +41,11 @@ UNFULFILLABLE_SPOT_STATUSES = frozenset(
         "schedule-expired", "system-error", "limit-exceeded",
     }
 )  # fmt: skip
+
+# EC2 reclaims a spot machine two minutes after its interruption warning. One still
+# running well past that was not reclaimed after all: it counts as the pool's again
+# (its replacement is reaped by the usual rules if nothing needs it).
+INTERRUPTION_GRACE = timedelta(minutes=10)
 
 
 @dataclass
@@ -64,6 +70,10 @@ class _Context:
     adoptions: list[Adoption] = field(default_factory=list)
     kept_count: int = 0
     unmatched: list[str] = field(default_factory=list)
+    # Live instances the cloud is reclaiming (marked interrupted): going away on their
+    # own, so they are neither capacity, nor counted toward max_instances, nor reaped.
+    going: set[str] = field(default_factory=set)
+    interruptions: list[Interruption] = field(default_factory=list)
     # Each instance's agent, in fleet order (None: not connected), looked up once.
     connected: list[Agent | None] = field(init=False)
     # When the snapshot saw what it says (never later than now).
@@ -117,14 +127,16 @@ class _Context:
         self.terminations[instance_id] = reason
         self.causes[instance_id] = cause
         instance = self.by_id.get(instance_id)
-        if instance is not None and instance.live:
+        if instance is not None and instance.live and instance_id not in self.going:
             self.kept_count -= 1
 
     def cancel(self, request_id: str, reason: str) -> None:
         self.cancellations.setdefault(request_id, reason)
 
     def kept(self, instance: Instance) -> bool:
-        return instance.live and instance.id not in self.terminations
+        return (
+            instance.live and instance.id not in self.terminations and instance.id not in self.going
+        )
 
     def slots(self, instance: Instance, agent: Agent | None) -> int:
         """Slots of an instance: its agent's, or its type's."""
@@ -191,6 +203,7 @@ def decide(
         waiting=tuple(f"{task.task} ({task.slots} slots): {why}" for task, why in demand.waiting),
         pending_at_max=any(why.startswith(AT_MAX) for _, why in demand.waiting),
         unmatched_agents=tuple(sorted(ctx.unmatched)),
+        interruptions=tuple(ctx.interruptions),
     )
 
 
@@ -342,7 +355,9 @@ def _walk_fleet(ctx: _Context) -> _Survey:
     drain_lease = ctx.snapshot is not None and ctx.now - ctx.snapshot.time <= DRAINING_REPORT_LEASE
     for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
         if not instance.live:
-            ctx.terminate(instance.id, f"instance is {instance.state.value}", "stopped")
+            _remove_stopped(ctx, instance)
+            continue
+        if Mark.INTERRUPTED_AT in instance.marks and _going_away(ctx, instance, survey):
             continue
         if agent is None:
             _review_absent(ctx, instance)
@@ -383,6 +398,52 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             if changes:
                 survey.marks.append((instance.id, changes))
     return survey
+
+
+def _remove_stopped(ctx: _Context, instance: Instance) -> None:
+    """A stopped instance bills for its disks and will not serve again: terminate it,
+    saying whether the cloud took it back (then it is an interruption, for metrics)."""
+    reason = f"instance is {instance.state.value}"
+    if instance.preempted:
+        ctx.interruptions.append(Interruption(instance.id, "preempted"))
+        ctx.terminate(instance.id, f"{reason}: preempted by the cloud", "interrupted")
+    elif instance.interrupted_at is not None:
+        ctx.terminate(instance.id, f"{reason} after its interruption warning", "interrupted")
+    else:
+        ctx.terminate(instance.id, reason, "stopped")
+
+
+def _going_away(ctx: _Context, instance: Instance, survey: _Survey) -> bool:
+    """A live instance marked interrupted: the cloud reclaims it within minutes, so it is
+    not terminated (nothing to gain, and a busy agent's task runs until then), not
+    capacity for pending tasks, and not counted toward max_instances, so the replacement
+    the interruption handler launched, or this pass launches, is not held back by it.
+
+    Returns False when the mark is stale (the cloud kept the machine after all): the
+    mark is cleared and the instance counts as any other from this pass on.
+    """
+    if instance.id in ctx.terminations:  # removed already (its spot request cancelled)
+        return True
+    when = instance.interrupted_at
+    assert when is not None
+    if ctx.now - when >= INTERRUPTION_GRACE:
+        survey.marks.append(
+            (
+                instance.id,
+                [
+                    (
+                        Mark.INTERRUPTED_AT,
+                        None,
+                        f"still running {format_duration(ctx.now - when)} "
+                        "after its interruption warning",
+                    )
+                ],
+            )
+        )
+        return False
+    ctx.going.add(instance.id)
+    ctx.kept_count -= 1
+    return True
 
 
 def _review_absent(ctx: _Context, instance: Instance) -> None:

@@ -2,7 +2,8 @@
 
 The marks (registered, idle since, disconnected since) are what earlier reconciles
 learned from snapshots and wrote on the instances as tags or labels: the cloud is the
-state, so a later run, or the sweep with no snapshot at all, reads them back here.
+state, so a later run, or the sweep with no snapshot at all, reads them back here. The
+interruption marks are written by the handler of the cloud's spot notices.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class Mark(enum.Enum):
     REGISTERED = "registered"
     IDLE_SINCE = "idle-since"
     DISCONNECTED_SINCE = "disconnected-since"
+    # The cloud warned it will reclaim the spot machine (EC2: two minutes' notice).
+    INTERRUPTED_AT = "interrupted-at"
+    # The cloud recommended moving off it (EC2 rebalance recommendation): not a reclaim.
+    REBALANCE_AT = "rebalance-at"
 
     # Members are singletons, so identity hashing is exact; Enum's own hashes the name in
     # Python, and a decision looks marks up several times per instance of a large fleet.
@@ -59,6 +64,8 @@ class Instance:
     # Other names its agent may have registered under: its hostnames (EC2's private DNS
     # name and its first label), for an agent started without DET_AGENT_ID.
     aliases: tuple[str, ...] = ()
+    # The cloud stopped it to take its capacity back (a preempted Spot VM on GCP).
+    preempted: bool = False
 
     @property
     def live(self) -> bool:
@@ -76,6 +83,10 @@ class Instance:
     @property
     def disconnected_since(self) -> datetime | None:
         return self.marks.get(Mark.DISCONNECTED_SINCE)
+
+    @property
+    def interrupted_at(self) -> datetime | None:
+        return self.marks.get(Mark.INTERRUPTED_AT)
 
 
 @dataclass(frozen=True)

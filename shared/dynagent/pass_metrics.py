@@ -139,6 +139,8 @@ def _actions(name: str, plan: Plan, launch: LaunchResult | None) -> list[Point]:
     ]
     if plan.cancellations:
         points.append(point("SpotRequestsCancelled", len(plan.cancellations), name))
+    seen = Counter(i.kind for i in plan.interruptions)
+    points += [point("Interruptions", count, name, kind=kind) for kind, count in seen.items()]
     if launch is not None:
         points += [
             point("LaunchErrors", count, name, code=code)

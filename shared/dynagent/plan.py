@@ -14,6 +14,9 @@ TERMINATION_CAUSES = (
     "idle", "never_registered", "disconnected", "stopped", "spot_cancelled", "over_max",
     "interrupted", "other",
 )  # fmt: skip
+# What the cloud said of a spot machine: a reclaim warning (EC2), a rebalance
+# recommendation (EC2), a preemption already done (GCP). metrics.INTERRUPTION_KINDS.
+INTERRUPTION_KINDS = ("interruption", "rebalance", "preempted")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,15 @@ class MarkWrite:
 
 
 @dataclass(frozen=True)
+class Interruption:
+    """A spot machine the cloud is taking back, or took back: one per notice seen."""
+
+    instance_id: str
+    # One of INTERRUPTION_KINDS.
+    kind: str
+
+
+@dataclass(frozen=True)
 class Unschedulable:
     """A pending task no fleet of this pool could ever run."""
 
@@ -108,6 +120,8 @@ class Plan:
     # Agents of the snapshot that match no managed instance by id or hostname: static
     # agents, or dynamic ones whose DET_AGENT_ID is not their instance's id.
     unmatched_agents: tuple[str, ...] = ()
+    # Spot interruptions this pass saw (for metrics): notices, and preempted machines.
+    interruptions: tuple[Interruption, ...] = ()
 
     @property
     def changes_nothing(self) -> bool:
@@ -131,6 +145,7 @@ class Plan:
             f"unschedulable {u.task} ({u.slots} slots): {u.reason}" for u in self.unschedulable
         ]
         lines += [f"waiting: {note}" for note in self.waiting]
+        lines += [f"{i.kind} of {i.instance_id} seen" for i in self.interruptions]
         if self.unmatched_agents:
             lines.append(
                 f"{len(self.unmatched_agents)} agents matching no managed instance "

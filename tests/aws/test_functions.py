@@ -235,6 +235,22 @@ def test_registration_and_idleness_are_recorded_and_reaped(
     assert managed_instances(ec2) == []
 
 
+def test_a_spot_warning_reaches_the_interruption_entry_point(
+    app: ModuleType, ec2: Any, sqs: Any, queues: Any
+) -> None:
+    from .test_interruptions import notice
+
+    app.reconcile(published_event(sqs, queues[0], snapshot(1, pending=[("a", 8)])), LambdaContext())
+    (instance,) = managed_instances(ec2)  # launched for "a", not registered yet
+
+    result = app.interruption(notice(instance["InstanceId"]), LambdaContext())
+
+    (report,) = result["pools"]
+    assert report["pool"] == "a100" and len(report["launched"]) == 1
+    assert len(managed_instances(ec2)) == 2
+    assert app.interruption(notice("i-0123456789abcdef0"), LambdaContext()) == {"pools": []}
+
+
 def test_a_warm_function_describes_each_image_once(
     aws: Any, ec2: Any, sqs: Any, queues: Any
 ) -> None:

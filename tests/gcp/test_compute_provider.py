@@ -9,8 +9,8 @@ import pytest
 
 from dynagent.decide import decide
 from dynagent.fleet import InstanceState, Mark
-from dynagent.plan import Launch, MarkWrite, Plan, Termination
-from dynagent.reconcile import reconcile
+from dynagent.plan import Interruption, Launch, MarkWrite, Plan, Termination
+from dynagent.reconcile import reconcile, sweep
 from dynagent.testing.gce import LocalCompute
 
 from .helpers import ZONE, config, gcp_pool_document, managed, now, provider_for, snapshot
@@ -162,6 +162,52 @@ def test_reconcile_never_touches_a_vm_without_the_managed_pair(compute: LocalCom
     vm = compute.instance(lookalike)
     assert vm["status"] == "TERMINATED"
     assert "dynagent-registered" not in vm["labels"]
+
+
+PREEMPTIBLE_T4 = {"machine_type": "n1-standard-32", "gpu_type": "nvidia-tesla-t4", "gpu_num": 4,
+                  "preemptible": True}  # fmt: skip
+
+
+def test_the_sweep_deletes_a_preempted_vm_as_interrupted_and_nothing_else(
+    compute: LocalCompute,
+) -> None:
+    # Legacy preemptible VMs stop when preempted (Spot VMs of ours are deleted by GCE).
+    cfg = config(gcp_pool_document(instance_type=PREEMPTIBLE_T4))
+    provider = provider_for(compute, cfg)
+    names = provider.launch(launches(2, "t4:1")).started
+    theirs = provider_for(compute, label_value="someone-else", instance_type=PREEMPTIBLE_T4)
+    (lookalike,) = theirs.launch(launches(1, "t4:9")).started
+    assert compute.preempt(names[0]) is False  # stopped, not deleted
+    compute.preempt(lookalike)
+    compute.clear_calls()
+
+    (outcome,) = sweep(cfg, lambda _: provider, now())
+
+    assert outcome.plan is not None
+    (termination,) = outcome.plan.terminations
+    assert termination == Termination(
+        names[0], "instance is stopped: preempted by the cloud", "interrupted"
+    )
+    assert outcome.plan.interruptions == (Interruption(names[0], "preempted"),)
+    assert compute.call_names().count("instances.delete") == 1
+    assert {vm["name"]: vm["status"] for vm in compute.instances()} == {
+        names[1]: compute.instance(names[1])["status"],
+        lookalike: "TERMINATED",
+    }
+    assert compute.instance(names[1])["status"] not in ("STOPPING", "TERMINATED")
+
+
+def test_a_preempted_spot_vm_of_ours_is_gone_and_a_standard_one_is_never_preempted(
+    compute: LocalCompute,
+) -> None:
+    spot = provider_for(compute, spot=True)
+    (name,) = spot.launch(launches(1, "t4:1")).started
+    assert compute.preempt(name) is True  # termination action DELETE
+    assert spot.observe().instances == ()
+    standard = provider_for(compute)
+    (other,) = standard.launch(launches(1, "t4:2")).started
+    with pytest.raises(ValueError, match="never preempted"):
+        compute.preempt(other)
 
 
 @pytest.mark.parametrize("count", [1, 3])

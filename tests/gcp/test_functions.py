@@ -184,7 +184,7 @@ def test_the_sweep_deletes_preempted_and_never_registered_vms(
         event(snapshot(1, pool="t4", pending=[("a", 4), ("b", 4)]).to_json().encode())
     )
     first, second = (vm["name"] for vm in managed(compute))
-    compute.set_status(first, "TERMINATED")  # a preempted Spot VM
+    compute.set_status(first, "TERMINATED")  # stopped (not preempt(): no lastStopTimestamp)
     compute.set_creation_time(second, now() - timedelta(minutes=25))
     (outcome,) = functions.sweep()
     assert outcome.plan is not None

@@ -1,4 +1,4 @@
-"""What the two Lambda functions run: an SQS batch of snapshots, and the sweep.
+"""What the Lambda functions run: an SQS batch of snapshots, the sweep, spot notices.
 
 ``functions/aws/app.py`` only wires these to Lambda; everything here takes its clients,
 clock and logger as arguments, so tests drive it with real-shaped events.
@@ -22,11 +22,13 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import ClientError
 
 from dynagent.config import AwsProvider, Config, Pool, load_config
+from dynagent.interruptions import plan_interruption
 from dynagent.metrics import Point
 from dynagent.pass_metrics import dead_letter_point, pass_points
 from dynagent.reconcile import (
     Outcome,
     Timer,
+    apply,
     apply_snapshot,
     log_outcome,
     newest_per_pool,
@@ -39,6 +41,7 @@ from .clients import ec2_client, sqs_client
 from .ec2 import Ec2Provider
 from .emf import EmfWriter
 from .fleet_launch import WarmState
+from .notices import NotANotice, owning_pool, parse_notice
 from .sqs import DEFAULT_MAX_MESSAGE_BYTES, send_dead_letter
 from .status import QueueTagStore
 
@@ -238,6 +241,41 @@ class AwsFunctions:
             log_outcome(self.logger, outcome)
             self._measure(outcome, now)
         return outcomes
+
+    # The spot notice function
+
+    def handle_notice(self, event: dict[str, Any]) -> Outcome | None:
+        """An EventBridge spot notice: mark the instance, launch its replacement if its
+        pool needs one (``dynagent.interruptions``). None when the instance is no pool's
+        or the event is not a notice: nothing is read of it beyond the lookup, nothing
+        is written."""
+        now = self.clock()
+        try:
+            notice, region = parse_notice(event, now)
+        except NotANotice as error:
+            self.logger.warning("event is not a spot notice; ignored", extra={"reason": str(error)})
+            return None
+        pools = [
+            pool
+            for pool in self.config.pools.values()
+            if isinstance(pool.provider, AwsProvider) and pool.provider.region == region
+        ]
+        pool = (
+            owning_pool(self.ec2_for_region(region), pools, notice.instance_id) if pools else None
+        )
+        if pool is None:
+            self.logger.info(
+                "spot notice for an instance no pool manages; nothing done",
+                extra={"instance": notice.instance_id, "kind": notice.kind, "region": region},
+            )
+            return None
+        provider = self.provider(pool)
+        fleet = provider.observe()
+        plan = plan_interruption(pool, fleet, notice, now)
+        outcome = Outcome(pool.name, plan, apply(plan, provider), fleet=fleet)
+        log_outcome(self.logger, outcome)
+        self._measure(outcome, now)
+        return outcome
 
 
 class _FifoProcessor(SqsFifoPartialProcessor):

@@ -143,6 +143,7 @@ class GceProvider:
         self._seen[item.name] = _Seen(labels, item.label_fingerprint)
         self._zones[item.name] = zone
         scheduling = item.scheduling
+        spot = scheduling.provisioning_model == "SPOT" or bool(scheduling.preemptible)
         yield Instance(
             id=item.name,
             state=state,
@@ -150,7 +151,10 @@ class GceProvider:
             marks=gce_labels.marks_from_labels(labels),
             instance_type=item.machine_type.rsplit("/", 1)[-1],
             zone=zone,
-            spot=scheduling.provisioning_model == "SPOT" or bool(scheduling.preemptible),
+            spot=spot,
+            # Preempted, and stopped rather than deleted (a legacy preemptible VM; our Spot
+            # VMs are created with termination action DELETE and just vanish).
+            preempted=spot and item.status == "TERMINATED" and bool(item.last_stop_timestamp),
         )
 
     def _retry(self, call: Callable[..., Any], **arguments: Any) -> Any:

@@ -37,6 +37,8 @@ class Kind(enum.IntEnum):
     INSTANCE_RUNNING = 0  # the cloud shows the instance running
     AGENT_REGISTERED = 1  # its agent connects to the master
     JOB_END = 2  # a task finishes and frees its slots
+    SPOT_WARNING = 3  # the cloud warns it will reclaim a spot instance (NOTICE s ahead)
+    SPOT_RECLAIMED = 4  # the cloud takes it back: its agent is gone, its tasks requeued
 
 
 class Events:

@@ -15,10 +15,16 @@ Each instance is of one offering (a type, its slots, its price, a zone, a purcha
 bills from its launch to its termination, per second, at that offering's price. The
 simulated pool has no spot requests: a spot offering is an instance at its price, so
 ``cancel`` and ``adopt`` have nothing to act on.
+
+Spot interruptions: with an ``interruptions`` model, each spot instance gets a lifetime
+drawn at launch (exponential: a constant rate per machine-hour, from a seeded generator,
+so a run repeats), a warning ``NOTICE`` seconds before it ends (EC2's two minutes), and
+is then reclaimed: it stops billing and its agent leaves the master.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +39,28 @@ from dynagent.simulate.capacity import Outage, covered
 from dynagent.simulate.clock import Events, Kind, at, seconds_at
 
 HOUR = 3600
+# Seconds between a spot interruption warning and the reclaim, as on EC2.
+NOTICE = 120
+
+
+@dataclass(frozen=True)
+class Interruptions:
+    """Spot machines reclaimed at ``rate`` per machine-hour, drawn from ``seed``."""
+
+    rate: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rate < 0:
+            raise ValueError("the interruption rate must not be negative")
+
+    def lifetimes(self) -> Callable[[], int] | None:
+        """Draws each spot instance's life in seconds, in launch order; None at rate 0."""
+        if not self.rate:
+            return None
+        draw = random.Random(f"interruptions:{self.seed}").expovariate
+        per_second = self.rate / HOUR
+        return lambda: max(1, round(draw(per_second)))
 
 
 @dataclass
@@ -103,6 +131,7 @@ class SimCloud:
         default: Offering,
         outages: Sequence[Outage] = (),
         price: float | None = None,
+        interruptions: Interruptions | None = None,
     ) -> None:
         self.boot = boot
         self.events = events
@@ -116,6 +145,9 @@ class SimCloud:
         self.launches = 0
         self.launches_by_type: dict[str, int] = {}
         self.terminations = 0
+        # Spot instances the cloud reclaimed.
+        self.interruptions = 0
+        self._lifetime = (interruptions or Interruptions()).lifetimes()
         # Launch calls the cloud refused for capacity (one per offering and pass).
         self.refusals = 0
         self._closed = Bill()  # billed by instances already terminated
@@ -140,17 +172,28 @@ class SimCloud:
         return result
 
     def terminate(self, terminations: tuple[Termination, ...]) -> None:
-        now = self.clock()
         for termination in terminations:
-            instance = self.live.pop(termination.instance_id, None)
-            if instance is None:
-                continue  # not found counts as done
-            instance.terminated = now
-            self._closed.add(instance, now - instance.launched, self._price(instance))
-            self.live_slots -= instance.slots
-            self.terminations += 1
-            self._gone.append(instance.id)
-            self._instances = None
+            if self._end(termination.instance_id):
+                self.terminations += 1
+                self._gone.append(termination.instance_id)
+
+    def reclaim(self, instance_id: str) -> bool:
+        """The cloud takes a spot instance back; False if it was terminated already."""
+        if not self._end(instance_id):
+            return False
+        self.interruptions += 1
+        return True
+
+    def _end(self, instance_id: str) -> bool:
+        instance = self.live.pop(instance_id, None)
+        if instance is None:
+            return False  # not found counts as done
+        now = self.clock()
+        instance.terminated = now
+        self._closed.add(instance, now - instance.launched, self._price(instance))
+        self.live_slots -= instance.slots
+        self._instances = None
+        return True
 
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
         """No spot requests in the simulated cloud: nothing to cancel."""
@@ -191,6 +234,11 @@ class SimCloud:
             self.live_slots += instance.slots
             self.events.schedule(now + running_after, Kind.INSTANCE_RUNNING, instance.id)
             self.events.schedule(instance.registers_at, Kind.AGENT_REGISTERED, instance.id)
+            if self._lifetime is not None and offering.purchase is Purchase.SPOT:
+                reclaimed = now + self._lifetime()
+                warned = max(now, reclaimed - NOTICE)
+                self.events.schedule(warned, Kind.SPOT_WARNING, instance.id)
+                self.events.schedule(reclaimed, Kind.SPOT_RECLAIMED, instance.id)
             started.append(instance.id)
         self._instances = None
         return tuple(started)

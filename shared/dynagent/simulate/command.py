@@ -74,7 +74,17 @@ def add_parser(commands: Any) -> None:
     simulate.add_argument(
         "--boot-jitter", default="0s", help="each boot time varies by up to this (0s)", **duration
     )
-    simulate.add_argument("--seed", type=int, default=0, help="seed of the boot jitter (0)")
+    simulate.add_argument(
+        "--seed", type=int, default=0, help="seed of the boot jitter and interruptions (0)"
+    )
+    simulate.add_argument(
+        "--interruption-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="spot machines reclaimed per machine-hour, warned 2m ahead (0: never); the "
+        "pool must buy spot (spot: true, or spot in offerings.purchase)",
+    )
     simulate.add_argument(
         "--heartbeat", default="30s", help="master's snapshot interval when idle (30s)", **duration
     )
@@ -197,6 +207,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         exhaustive=args.exhaustive,
         outages=tuple(parse_outage(text) for text in args.unavailable),
         price=args.price,
+        interruption_rate=args.interruption_rate,
     )
 
 

@@ -95,9 +95,7 @@ class DeterminedPolicy:
     def act(self, now: int, change: Change) -> None:
         # A tick reads the pending tasks and the agents: other changes cannot alter it.
         if change is Change.DECISION:
-            # The next tick, never a second one in the same tick.
-            tick = max(next_on_grid(now, TICK), self._last_tick + TICK)
-            self._tick_at = tick if self._tick_at is None else min(self._tick_at, tick)
+            self.fleet_changed(now)
         due = self.wake_at()
         if due is not None and due <= now:
             acted = self._tick(now)
@@ -109,6 +107,14 @@ class DeterminedPolicy:
     def wake_at(self) -> int | None:
         times = [t for t in (self._tick_at, self._timer_at) if t is not None]
         return min(times, default=None)
+
+    def interruption_warning(self, now: int, instance_id: str) -> None:
+        """Determined's provisioner reads no spot notice: it sees the agent gone."""
+
+    def fleet_changed(self, now: int) -> None:
+        # The next tick, never a second one in the same tick.
+        tick = max(next_on_grid(now, TICK), self._last_tick + TICK)
+        self._tick_at = tick if self._tick_at is None else min(self._tick_at, tick)
 
     def _tick(self, now: int) -> bool:
         """One provisioner pass; whether it launched or terminated anything."""

@@ -46,9 +46,15 @@ class Task:
     agents: tuple[SimAgent, ...] = ()
     # Bumped when the task is started again after losing its agent: older ends are stale.
     run: int = 0
+    # When its current run started, and when it was requeued (None: not waiting again).
+    run_started: int = 0
+    requeued_at: int | None = None
+    # Seconds of work left: all of it, less what runs resumed from a checkpoint kept.
+    remaining: int = field(init=False)
     wire: PendingTask = field(init=False)
 
     def __post_init__(self) -> None:
+        self.remaining = self.job.duration
         # Trusted data: the trace reader checked the numbers, so no validation per task.
         self.wire = PendingTask(task=self.job.id, slots=self.job.gpus)
 
@@ -111,6 +117,8 @@ class SimMaster:
         self.queued_slots = 0
         self.running = 0
         self.requeued = 0
+        # Seconds requeued tasks waited to start again.
+        self.restart_waits: list[int] = []
         self.seq = 0
         # Set when something a decision reads changed: the pending tasks, which agents are
         # connected, or which are idle. A busy agent getting busier is not such a change,
@@ -144,9 +152,11 @@ class SimMaster:
         self._set_idle(agent)
         self.changed = self.touched = self._freed = True
 
-    def disconnect(self, agent_id: str) -> None:
+    def disconnect(self, agent_id: str, now: int | None = None, resume: bool = False) -> None:
         """An agent went away: its tasks go back to the head of the queue, as Determined
-        requeues them, and start over."""
+        requeues them, and start over, or with ``resume`` go on with the time they had
+        left (a trial restarts from its checkpoint: here, as if it checkpointed at the
+        moment it was cut). Their wait to restart is counted from ``now``."""
         agent = self.agents.pop(agent_id, None)
         if agent is None:
             return
@@ -159,6 +169,10 @@ class SimMaster:
         lost = sorted(agent.tasks, key=lambda t: t.job.arrival)
         for task in lost:
             self._release(task, excluding=agent)
+            if now is not None:
+                task.requeued_at = now
+                if resume:
+                    task.remaining -= now - task.run_started
             task.run += 1
             self.queued_slots += task.slots
             self.requeued += 1
@@ -199,6 +213,10 @@ class SimMaster:
         if task.start is None:
             task.start = now
             self.waits.append(now - task.job.arrival)
+        elif task.requeued_at is not None:
+            self.restart_waits.append(now - task.requeued_at)
+            task.requeued_at = None
+        task.run_started = now
         per_agent = task.slots if len(agents) == 1 else self.slots
         for agent in agents:
             self._use(agent, per_agent)
@@ -208,7 +226,7 @@ class SimMaster:
         self.touched = True
         self.queued_slots -= task.slots
         self.running += 1
-        self.events.schedule(now + task.job.duration, Kind.JOB_END, (task, task.run))
+        self.events.schedule(now + task.remaining, Kind.JOB_END, (task, task.run))
         return True
 
     def _fit(self, slots: int) -> tuple[SimAgent, ...] | None:

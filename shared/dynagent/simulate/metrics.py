@@ -50,6 +50,12 @@ class Summary:
     never_scheduled: int
     larger_than_pool: int
     decisions: int | None
+    # Spot instances reclaimed, and what they cost in wait: tasks requeued, and how long
+    # they waited to start again (mean and longest, seconds).
+    interruptions: int | None = None
+    requeued: int | None = None
+    restart_wait_mean: float | None = None
+    restart_wait_max: int | None = None
 
 
 def percentile(sorted_values: Sequence[int], percent: float) -> int | None:
@@ -95,6 +101,12 @@ def summarise(run: PolicyRun, limit_seconds: int) -> Summary:
         never_scheduled=run.never_scheduled,
         larger_than_pool=run.larger_than_pool,
         decisions=run.decisions,
+        interruptions=run.interruptions,
+        requeued=run.requeued,
+        restart_wait_mean=(
+            sum(run.restart_waits) / len(run.restart_waits) if run.restart_waits else None
+        ),
+        restart_wait_max=run.restart_waits[-1] if run.restart_waits else None,
     )
 
 

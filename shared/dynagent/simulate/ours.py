@@ -24,7 +24,8 @@ from datetime import datetime
 
 from dynagent.config import Pool, Settings
 from dynagent.fleet import Mark
-from dynagent.reconcile import reconcile
+from dynagent.interruptions import INTERRUPTION, Notice, plan_interruption
+from dynagent.reconcile import apply, reconcile
 from dynagent.simulate.clock import at, next_on_grid, seconds_at
 from dynagent.simulate.cloud import SimCloud
 from dynagent.simulate.master import SimMaster
@@ -88,6 +89,27 @@ class DynagentPolicy:
     def wake_at(self) -> int | None:
         times = [t for t in (self._heartbeat_at, self._sweep_at) if t is not None]
         return min(times, default=None)
+
+    def fleet_changed(self, now: int) -> None:
+        """An instance gone without its agent (still booting) changes no snapshot, so
+        the next heartbeat and sweep must be delivered: the fleet they see changed."""
+        if self.exhaustive:
+            return
+        self._deadline = now if self._deadline is None else min(self._deadline, now)
+        beat, sweep = next_on_grid(now, self.heartbeat), next_on_grid(now, SWEEP_EVERY)
+        self._heartbeat_at = beat if self._heartbeat_at is None else min(self._heartbeat_at, beat)
+        self._sweep_at = sweep if self._sweep_at is None else min(self._sweep_at, sweep)
+
+    def interruption_warning(self, now: int, instance_id: str) -> None:
+        """What the interruption function does with EC2's warning, at once."""
+        moment = at(now)
+        notice = Notice(instance_id, INTERRUPTION, moment)
+        plan = plan_interruption(self.pool, self.cloud.observe(), notice, moment)
+        apply(plan, self.cloud)
+        self.decisions += 1
+        # The mark frees a place under max_instances: the next snapshot may use it, as
+        # every heartbeat of an exhaustive run would.
+        self._plan_wake(now, acted=True)
 
     def _reconcile(self, moment: datetime, with_snapshot: bool) -> bool:
         """One pass; whether it launched or terminated anything."""

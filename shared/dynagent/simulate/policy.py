@@ -32,3 +32,12 @@ class Policy(Protocol):
     def wake_at(self) -> int | None:
         """The next second it must act even if nothing changes (a timer), or None."""
         ...
+
+    def interruption_warning(self, now: int, instance_id: str) -> None:
+        """The cloud warned it will reclaim this spot instance in two minutes."""
+        ...
+
+    def fleet_changed(self, now: int) -> None:
+        """The cloud changed the fleet on its own (a spot reclaim): the next regular pass
+        (heartbeat, sweep, tick) must run, as it would in an exhaustive run."""
+        ...

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dynagent.config import ConfigError, Pool, Settings
+from dynagent.offerings import Purchase
 from dynagent.simulate.determined import baseline_offering
 from dynagent.simulate.metrics import Summary, limit_gpu_seconds, summarise, summarise_limit
 from dynagent.simulate.run import POLICIES, PolicyRun, Progress, RunOptions, simulate
@@ -59,6 +60,19 @@ def prices(pool: Pool, override: float | None) -> Prices:
     )
 
 
+def check_interruptions(pool: Pool, rate: float) -> None:
+    """Only spot machines are interrupted: a rate on a pool that buys none would say
+    nothing, so it is refused rather than reported as no interruptions."""
+    if rate < 0:
+        raise ConfigError("--interruption-rate must not be negative")
+    offerings = pool.provider.catalog().offerings
+    if rate and not any(o.purchase is Purchase.SPOT for o in offerings):
+        raise ConfigError(
+            f"pool {pool.name!r} buys no spot machines, so none is interrupted: set spot: "
+            "true, or list spot in offerings.purchase"
+        )
+
+
 @dataclass(frozen=True)
 class Replay:
     """Everything one replay found: a column per policy and one for the limit."""
@@ -87,6 +101,7 @@ def replay(
     started = time.perf_counter()
     options = options or RunOptions()
     billed = prices(pool, options.price)
+    check_interruptions(pool, options.interruption_rate)
     provider = pool.provider
     slots, max_instances = provider.slots_per_instance, provider.max_instances
     limit = limit_gpu_seconds(trace, slots, max_instances)

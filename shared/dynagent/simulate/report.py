@@ -45,6 +45,16 @@ ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
     ("tasks never scheduled", lambda s: _count(s.never_scheduled)),
     ("decisions", lambda s: _count(s.decisions)),
 )
+# Shown when spot machines are interrupted (--interruption-rate).
+INTERRUPTION_ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
+    ("spot interruptions", lambda s: _count(s.interruptions)),
+    ("  tasks requeued", lambda s: _count(s.requeued)),
+    (
+        "  wait to restart, mean",
+        lambda s: format_wait(None if s.restart_wait_mean is None else round(s.restart_wait_mean)),
+    ),
+    ("  wait to restart, max", lambda s: format_wait(s.restart_wait_max)),
+)
 
 
 def describe(replay: Replay) -> list[str]:
@@ -69,6 +79,11 @@ def describe(replay: Replay) -> list[str]:
         f"{boot.registered_after}s{jitter}; heartbeat {options.heartbeat}s",
         "price per instance-hour: " + describe_prices(replay),
     ]
+    if options.interruption_rate:
+        lines.append(
+            f"spot machines reclaimed at {options.interruption_rate:g} per machine-hour "
+            f"(seed {boot.seed}), warned 2m ahead; their tasks resume from a checkpoint"
+        )
     lines += [
         f"no capacity for {o.instance_type}{f'@{o.zone}' if o.zone else ''} from "
         f"{format_duration(timedelta(seconds=o.start))} to "
@@ -88,10 +103,11 @@ def describe_prices(replay: Replay) -> str:
 
 def table(replay: Replay) -> str:
     columns = replay.columns
-    width = max(len(label) for label, _ in ROWS) + 2
+    rows = ROWS + (INTERRUPTION_ROWS if replay.options.interruption_rate else ())
+    width = max(len(label) for label, _ in rows) + 2
     lines = [*describe(replay), ""]
     lines.append(" " * width + "".join(f"{c.name:>14}" for c in columns))
-    for label, show in ROWS:
+    for label, show in rows:
         lines.append(f"{label:<{width}}" + "".join(f"{show(c):>14}" for c in columns))
     lines += ["", *launched_types(replay), *footnotes(replay)]
     return "\n".join(lines)
@@ -151,6 +167,7 @@ def document(replay: Replay) -> dict[str, Any]:
         },
         "boot": dataclasses.asdict(options.boot),
         "heartbeat_s": options.heartbeat,
+        "interruption_rate_per_machine_hour": options.interruption_rate,
         "price_per_instance_hour": replay.prices.by_type,
         "baseline": {"instance_type": replay.prices.baseline_type, "price": replay.prices.baseline},
         "unavailable": [dataclasses.asdict(outage) for outage in options.outages],
@@ -167,7 +184,7 @@ def _column(summary: Summary) -> dict[str, Any]:
         fields[key] = round(fields[key], 3)
     fields["cost"] = round(fields["cost"], 2)
     fields["vs_limit"] = round(fields["vs_limit"], 5)
-    for key in ("wait_mean", "waited"):
+    for key in ("wait_mean", "waited", "restart_wait_mean"):
         if fields[key] is not None:
             fields[key] = round(fields[key], 4)
     return fields

@@ -22,7 +22,7 @@ from dynagent.config import Pool, Settings
 from dynagent.simulate.boot import BootModel
 from dynagent.simulate.capacity import Outage
 from dynagent.simulate.clock import Events, Kind
-from dynagent.simulate.cloud import SimCloud
+from dynagent.simulate.cloud import Interruptions, SimCloud
 from dynagent.simulate.determined import DeterminedPolicy, baseline_offering, baseline_pool
 from dynagent.simulate.master import SimMaster
 from dynagent.simulate.ours import HEARTBEAT, DynagentPolicy
@@ -51,6 +51,9 @@ class RunOptions:
     outages: tuple[Outage, ...] = ()
     # Dollars per instance-hour for every instance, over the catalog's (a one-type pool).
     price: float | None = None
+    # Spot instances reclaimed per machine-hour (exponential lifetimes, from the boot
+    # seed); their tasks resume with the time they had left.
+    interruption_rate: float = 0.0
 
 
 @dataclass
@@ -73,6 +76,10 @@ class PolicyRun:
     terminations: int
     requeued: int
     decisions: int
+    # Spot instances the cloud reclaimed, and how long the tasks requeued from them (and
+    # any other lost agent) waited to start again, sorted.
+    interruptions: int
+    restart_waits: list[int]
     start: int
     end: int
     series: Series = field(repr=False)
@@ -119,6 +126,7 @@ class Simulation:
             default=default,
             outages=tuple(outage.shifted(trace.start) for outage in options.outages),
             price=options.price,
+            interruptions=Interruptions(options.interruption_rate, options.boot.seed),
         )
         self.master = SimMaster(
             pool.name,
@@ -167,6 +175,13 @@ class Simulation:
                 instance = self.cloud.live.get(subject)
                 if instance is not None:
                     self.master.connect(subject, instance.slots)
+            elif kind is Kind.SPOT_WARNING:
+                if subject in self.cloud.live:
+                    self.policy.interruption_warning(now, subject)
+            elif kind is Kind.SPOT_RECLAIMED:
+                if self.cloud.reclaim(subject):
+                    self.master.disconnect(subject, now, resume=True)
+                    self.policy.fleet_changed(now)
             else:
                 self.master.finish(*subject)
         jobs = self.trace.jobs
@@ -182,7 +197,7 @@ class Simulation:
             if not gone:
                 return
             for agent_id in gone:
-                self.master.disconnect(agent_id)
+                self.master.disconnect(agent_id, now)
             self.master.schedule(now)
 
     def _record(self, now: int) -> None:
@@ -230,6 +245,8 @@ class Simulation:
             terminations=self.cloud.terminations,
             requeued=master.requeued,
             decisions=self.policy.decisions,
+            interruptions=self.cloud.interruptions,
+            restart_waits=sorted(master.restart_waits),
             start=self.trace.start,
             end=self.now,
             series=self.series,

@@ -42,7 +42,8 @@ What it serves, with the real API's semantics:
 Knobs the API has no call for: make the next inserts' operations fail (QUOTA_EXCEEDED,
 ZONE_RESOURCE_POOL_EXHAUSTED, ...; a failed insert leaves no instance), hold operations
 RUNNING for a number of polls (with a failing insert: an insert that fails late), set an
-instance's status (a preempted VM is TERMINATED) or creation time, and refuse every Nth
+instance's status or creation time, preempt a Spot VM (``preempt``: deleted or TERMINATED
+by its termination action, as the API shows it), and refuse every Nth
 call with 429 or 503 (``fail_calls``). It records the calls it serves, as (HTTP method,
 API method) pairs, and the instances inserts created.
 
@@ -1814,6 +1815,23 @@ class LocalCompute(Service):
             raise ValueError(f"{status!r} is not an instance status; one of {allowed}")
         with self._compute.lock:
             self._stored(name, zone)["status"] = status
+
+    def preempt(self, name: str, zone: str | None = None) -> bool:
+        """Compute Engine takes a Spot or preemptible VM's capacity back, as the API then
+        shows it: with ``scheduling.instanceTerminationAction`` DELETE the VM is gone (True
+        is returned); otherwise (STOP, the default) it is TERMINATED with a
+        ``lastStopTimestamp`` of now. A standard VM is never preempted: ValueError."""
+        with self._compute.lock:
+            instance = self._stored(name, zone)
+            scheduling = instance.get("scheduling") or {}
+            if not _is_spot(scheduling):
+                raise ValueError(f"{name} is neither Spot nor preemptible: it is never preempted")
+            if scheduling.get("instanceTerminationAction") == "DELETE":
+                del self._compute.state.instances[(self._project, zone or self._zone, name)]
+                return True
+            instance["status"] = "TERMINATED"
+            instance["lastStopTimestamp"] = _timestamp(_utcnow())
+            return False
 
     def set_creation_time(self, name: str, when: datetime, zone: str | None = None) -> None:
         """Age an instance: reconciles decide with an injected clock, so tests move the

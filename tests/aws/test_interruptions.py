@@ -1,0 +1,226 @@
+"""EC2's spot notices, as EventBridge delivers them, against the local AWS.
+
+The agents' state comes from snapshots applied by the real reconcile path first, so the
+marks the notice handler reads are the ones a reconcile wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from dynagent.aws.functions import AwsFunctions
+from dynagent.plan import Interruption
+from dynagent.reconcile import apply_snapshot
+from dynagent.testing.aws import LocalAws
+
+from .helpers import (
+    REGION,
+    config,
+    image_id,
+    managed_instances,
+    now,
+    pool_document,
+    snapshot,
+    tags_of,
+)
+
+WARNING = "EC2 Spot Instance Interruption Warning"
+REBALANCE = "EC2 Instance Rebalance Recommendation"
+
+
+def notice(
+    instance_id: str, detail_type: str = WARNING, at: datetime | None = None
+) -> dict[str, Any]:
+    """An EventBridge event of the shape EC2 sends (the interruption warning carries
+    instance-action; the rebalance recommendation only the instance id)."""
+    detail: dict[str, str] = {"instance-id": instance_id}
+    if detail_type == WARNING:
+        detail["instance-action"] = "terminate"
+    return {
+        "version": "0",
+        "id": "7bf73129-1428-4cd3-a780-95db273d1602",
+        "detail-type": detail_type,
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": (at or now()).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": REGION,
+        "resources": [f"arn:aws:ec2:{REGION}:123456789012:instance/{instance_id}"],
+        "detail": detail,
+    }
+
+
+@pytest.fixture
+def subnets(ec2: Any) -> list[str]:
+    return [s["SubnetId"] for s in ec2.describe_subnets()["Subnets"]][:2]
+
+
+@pytest.fixture
+def functions(ec2: Any, subnets: list[str]) -> AwsFunctions:
+    offerings = {
+        "instance_types": ["p3.8xlarge", "p3.16xlarge"],
+        "subnet_ids": subnets,
+        "purchase": ["spot", "on-demand"],
+    }
+    cfg = config(
+        pool_document(image_id(ec2), instance_type="p3.8xlarge", offerings=offerings),
+        pool_document(image_id(ec2), name="t4", instance_type="g4dn.xlarge"),
+    )
+    return AwsFunctions(cfg, ec2_for_region=lambda _: ec2, sleep=lambda _: None)
+
+
+def agent_on_one_machine(functions: AwsFunctions, ec2: Any, used_slots: int) -> dict[str, Any]:
+    """One p3.8xlarge launched for a task, then reported by a snapshot with its agent
+    using ``used_slots`` of its 4: the reconcile writes the marks."""
+    apply_snapshot(
+        functions.config, snapshot(1, pending=[("trial-1", 4)]), functions.provider, now()
+    )
+    (machine,) = managed_instances(ec2)
+    agents = [(machine["InstanceId"], 4, used_slots)]
+    apply_snapshot(functions.config, snapshot(2, agents=agents), functions.provider, now())
+    (machine,) = managed_instances(ec2)
+    return machine
+
+
+def test_a_busy_agents_warning_launches_its_replacement_at_once(
+    aws: LocalAws, ec2: Any, functions: AwsFunctions, subnets: list[str]
+) -> None:
+    machine = agent_on_one_machine(functions, ec2, used_slots=4)
+    interrupted = machine["InstanceId"]
+    assert machine["InstanceLifecycle"] == "spot" and machine["SubnetId"] == subnets[0]
+    assert "dynagent:registered" in tags_of(machine) and "dynagent:idle-since" not in tags_of(
+        machine
+    )
+    at = now()
+
+    outcome = functions.handle_notice(notice(interrupted, at=at))
+
+    assert outcome is not None and outcome.plan is not None and outcome.launch is not None
+    assert outcome.launch.error is None
+    (launch,) = outcome.plan.launches
+    assert launch.cause == "interrupted" and interrupted in launch.reason
+    assert outcome.plan.interruptions == (Interruption(interrupted, "interruption"),)
+    by_id = {i["InstanceId"]: i for i in managed_instances(ec2)}
+    assert set(by_id) == {interrupted, *outcome.launch.started}
+    (replacement,) = outcome.launch.started
+    assert tags_of(by_id[interrupted])["dynagent:interrupted-at"] == at.strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    assert tags_of(by_id[replacement])["dynagent:launch-key"] == f"a100:interruption:{interrupted}"
+    # The same shape and purchase, in the other subnet: the reclaimed offering comes last.
+    assert by_id[replacement]["InstanceType"] == "p3.8xlarge"
+    assert by_id[replacement]["InstanceLifecycle"] == "spot"
+    assert by_id[replacement]["SubnetId"] == subnets[1]
+
+    # The next snapshot, the agent still busy there: the interrupted machine is left to
+    # EC2, and the replacement is the room its task will need.
+    agents = [(interrupted, 4, 4)]
+    later = apply_snapshot(functions.config, snapshot(3, agents=agents), functions.provider, now())
+    assert later.plan is not None
+    assert later.plan.terminations == () and later.plan.launches == ()
+
+
+def test_a_redelivered_warning_launches_nothing_more(
+    aws: LocalAws, ec2: Any, functions: AwsFunctions
+) -> None:
+    interrupted = agent_on_one_machine(functions, ec2, used_slots=4)["InstanceId"]
+    event = notice(interrupted)
+    first = functions.handle_notice(event)
+    assert first is not None and first.launch is not None and len(first.launch.started) == 1
+    aws.clear_calls()
+
+    again = functions.handle_notice(event)
+
+    assert again is not None and again.plan is not None and again.launch is not None
+    assert again.launch.started == first.launch.started  # EC2 answers the same token
+    assert again.plan.marks == () and again.plan.interruptions == ()  # counted once
+    assert len(managed_instances(ec2)) == 2
+    assert "CreateTags" not in aws.calls("ec2")
+
+
+def test_an_idle_agents_warning_only_marks_it(ec2: Any, functions: AwsFunctions) -> None:
+    interrupted = agent_on_one_machine(functions, ec2, used_slots=0)["InstanceId"]
+    outcome = functions.handle_notice(notice(interrupted))
+    assert outcome is not None and outcome.plan is not None
+    assert outcome.plan.launches == () and outcome.launch is None
+    (machine,) = managed_instances(ec2)
+    assert "dynagent:interrupted-at" in tags_of(machine)
+
+
+def test_a_rebalance_recommendation_marks_and_launches_nothing(
+    ec2: Any, functions: AwsFunctions
+) -> None:
+    interrupted = agent_on_one_machine(functions, ec2, used_slots=4)["InstanceId"]
+    outcome = functions.handle_notice(notice(interrupted, REBALANCE))
+    assert outcome is not None and outcome.plan is not None
+    assert outcome.plan.launches == ()
+    assert outcome.plan.interruptions == (Interruption(interrupted, "rebalance"),)
+    (machine,) = managed_instances(ec2)
+    assert "dynagent:rebalance-at" in tags_of(machine)
+    assert "dynagent:interrupted-at" not in tags_of(machine)
+
+
+@pytest.mark.parametrize(
+    "foreign_tags",
+    [
+        [],
+        [{"Key": "managed-by", "Value": "someone-else"}, {"Key": "dynagent:pool", "Value": "a100"}],
+        [{"Key": "dynagent:pool", "Value": "a100"}],
+    ],
+)
+def test_a_warning_for_an_unmanaged_instance_changes_nothing(
+    aws: LocalAws, ec2: Any, functions: AwsFunctions, foreign_tags: list[dict[str, str]]
+) -> None:
+    agent_on_one_machine(functions, ec2, used_slots=4)  # a pool with a busy agent of its own
+    extra = {"TagSpecifications": [{"ResourceType": "instance", "Tags": foreign_tags}]}
+    response = ec2.run_instances(
+        ImageId=image_id(ec2),
+        InstanceType="p3.8xlarge",
+        MinCount=1,
+        MaxCount=1,
+        **(extra if foreign_tags else {}),
+    )
+    foreign = response["Instances"][0]["InstanceId"]
+    aws.clear_calls()
+
+    assert functions.handle_notice(notice(foreign)) is None
+
+    (reservation,) = ec2.describe_instances(InstanceIds=[foreign])["Reservations"]
+    assert reservation["Instances"][0].get("Tags", []) == foreign_tags
+    calls = Counter(aws.calls("ec2"))
+    assert set(calls) == {"DescribeInstances"}, calls  # looked up, nothing written or launched
+    every = ec2.describe_instances()["Reservations"]
+    assert sum(len(r["Instances"]) for r in every) == 2  # the pool's one and the foreign one
+
+
+def test_events_that_are_not_spot_notices_are_ignored(
+    aws: LocalAws, ec2: Any, functions: AwsFunctions
+) -> None:
+    interrupted = agent_on_one_machine(functions, ec2, used_slots=4)["InstanceId"]
+    aws.clear_calls()
+    wrong_source = {**notice(interrupted), "source": "aws.events"}
+    other_type = {**notice(interrupted), "detail-type": "EC2 Instance State-change Notification"}
+    for event in (wrong_source, other_type, {**notice(interrupted), "detail": {}}):
+        assert functions.handle_notice(event) is None
+    assert aws.calls("ec2") == []
+
+
+def test_a_notice_is_counted_in_the_metrics(
+    ec2: Any, functions: AwsFunctions, capsys: pytest.CaptureFixture[str]
+) -> None:
+    machine = agent_on_one_machine(functions, ec2, used_slots=4)
+    capsys.readouterr()
+    functions.handle_notice(notice(machine["InstanceId"]))
+    emitted = Counter()
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            document = json.loads(line)
+            for metric in document["_aws"]["CloudWatchMetrics"][0]["Metrics"]:
+                key = (metric["Name"], document.get("kind") or document.get("reason"))
+                emitted[key] += int(sum(document[metric["Name"]]))
+    assert emitted[("Interruptions", "interruption")] == 1
+    assert emitted[("Launches", "interrupted")] == 1
