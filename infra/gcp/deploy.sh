@@ -254,7 +254,7 @@ capture() {
 
 # --- the deployment -------------------------------------------------------------------
 
-SNAPSHOTS='' SWEEP_TOPIC='' DEAD_LETTERS='' FN_ACCOUNT='' ROLE_ID='' WORK='' SOURCE=''
+SNAPSHOTS='' SWEEP_TOPIC='' DEAD_LETTERS='' FN_ACCOUNT='' ROLE_ID='' STATUS_ROLE_ID='' WORK='' SOURCE=''
 
 name_resources() {
   SNAPSHOTS=$NAME-snapshots
@@ -262,6 +262,7 @@ name_resources() {
   DEAD_LETTERS=$NAME-dead-letters
   FN_ACCOUNT=$NAME-fn@$PROJECT.iam.gserviceaccount.com
   ROLE_ID=${NAME//-/_}_compute # custom role ids allow letters, digits, _ and . only
+  STATUS_ROLE_ID=${NAME//-/_}_status
 }
 
 enable_services() {
@@ -392,6 +393,25 @@ grant_service_account_use() {
     --member="serviceAccount:$FN_ACCOUNT" --role=roles/pubsub.publisher
 }
 
+# reconcile keeps each pool's last applied snapshot, summarised, in the snapshot
+# topic's labels for `dynagent status`: reading and updating that topic, and no other.
+# No predefined role is that narrow (pubsub.editor can delete topics), hence a custom one.
+grant_status_labels() {
+  local role=projects/$PROJECT/roles/$STATUS_ROLE_ID
+  local permissions=pubsub.topics.get,pubsub.topics.update
+  if exists gcloud iam roles describe "$STATUS_ROLE_ID" --project="$PROJECT"; then
+    run gcloud iam roles update "$STATUS_ROLE_ID" --project="$PROJECT" \
+      --permissions="$permissions" --quiet
+  else
+    run gcloud iam roles create "$STATUS_ROLE_ID" --project="$PROJECT" --stage=GA \
+      --title="dynagent status labels ($NAME)" \
+      --description="The $NAME reconcile function labels its snapshot topic" \
+      --permissions="$permissions"
+  fi
+  run_binding gcloud pubsub topics add-iam-policy-binding "$SNAPSHOTS" --project="$PROJECT" \
+    --member="serviceAccount:$FN_ACCOUNT" --role="$role"
+}
+
 # The bridge publishes snapshots and does nothing else: publisher on that topic only.
 grant_bridge_publisher() {
   local account
@@ -431,7 +451,7 @@ deploy_function() {
     --runtime="$RUNTIME" --source="$SOURCE" --entry-point="$entry_point" \
     --trigger-topic="$topic" --service-account="$FN_ACCOUNT" \
     --trigger-service-account="$FN_ACCOUNT" \
-    --set-env-vars="DYNAGENT_CONFIG=dynagent.yaml,DYNAGENT_DEAD_LETTER_TOPIC=projects/$PROJECT/topics/$DEAD_LETTERS" \
+    --set-env-vars="DYNAGENT_CONFIG=dynagent.yaml,DYNAGENT_DEAD_LETTER_TOPIC=projects/$PROJECT/topics/$DEAD_LETTERS,DYNAGENT_SNAPSHOT_TOPIC=projects/$PROJECT/topics/$SNAPSHOTS" \
     --max-instances=1 --concurrency=1 --ingress-settings=internal-only \
     --memory=512Mi --timeout=300s "$@" --quiet
   # Eventarc pushes with the trigger's service account, which must be an invoker.
@@ -591,6 +611,7 @@ main() {
   create_service_account
   grant_compute_role
   grant_service_account_use
+  grant_status_labels
   grant_bridge_publisher
   stage_source
   deploy_functions

@@ -123,6 +123,13 @@ class Run:
         return matches[0]
 
 
+def compute_role(run: Run) -> list[str]:
+    """The ``gcloud iam roles create`` of the Compute Engine role (the other custom role
+    is the snapshot topic's labels, for `dynagent status`)."""
+    [command] = [c for c in run.find("iam", "roles", "create") if c[4].endswith("_compute")]
+    return command
+
+
 def flags(command: Iterable[str]) -> dict[str, str]:
     """``--name=value`` (and bare ``--name``, as "") of one command."""
     parsed = {}
@@ -223,7 +230,7 @@ def test_a_service_account_for_the_functions(printed: Run) -> None:
 
 
 def test_a_custom_role_with_just_the_compute_permissions_used(printed: Run) -> None:
-    command = printed.one("iam", "roles", "create")
+    command = compute_role(printed)
     assert command[4] == "dynagent_compute"
     permissions = set(flags(command)["permissions"].split(","))
     # The example's pools set a service account and network tags, no external IP.
@@ -302,6 +309,7 @@ def test_each_function_runs_alone_with_its_entry_point_topic_and_env(
     assert env_vars(command) == {
         "DYNAGENT_CONFIG": "dynagent.yaml",
         "DYNAGENT_DEAD_LETTER_TOPIC": DEAD_LETTERS,
+        "DYNAGENT_SNAPSHOT_TOPIC": f"projects/{PROJECT}/topics/dynagent-snapshots",
     }
     assert Path(options["source"]) == printed.source
     invoker = [
@@ -344,8 +352,25 @@ def _snapshot_publishers(run: Run) -> list[tuple[str, str]]:
     return [
         (flags(c)["member"], flags(c)["role"])
         for c in run.find("pubsub", "topics", "add-iam-policy-binding")
-        if c[4] == "dynagent-snapshots"
+        if c[4] == "dynagent-snapshots" and flags(c)["role"] == "roles/pubsub.publisher"
     ]
+
+
+def test_the_reconcile_function_may_only_read_and_label_the_snapshot_topic(
+    printed: Run,
+) -> None:
+    [role] = [c for c in printed.find("iam", "roles", "create") if c[4] == "dynagent_status"]
+    assert flags(role)["project"] == PROJECT
+    assert set(flags(role)["permissions"].split(",")) == {
+        "pubsub.topics.get",
+        "pubsub.topics.update",
+    }
+    granted = [
+        (c[4], flags(c)["member"])
+        for c in printed.find("pubsub", "topics", "add-iam-policy-binding")
+        if flags(c)["role"] == f"projects/{PROJECT}/roles/dynagent_status"
+    ]
+    assert granted == [("dynagent-snapshots", f"serviceAccount:{FN_ACCOUNT}")]
 
 
 def test_without_a_bridge_account_nobody_is_granted_the_snapshot_topic(printed: Run) -> None:
@@ -485,7 +510,7 @@ def test_permissions_and_grants_follow_the_pools(tmp_path: Path) -> None:
     bare = write_config(tmp_path / "bare.yaml", gcp_pool("plain"))
     result = dry_run(tmp_path, config=bare)
     assert result.returncode == 0, result.stderr
-    role = result.one("iam", "roles", "create")
+    role = compute_role(result)
     assert set(flags(role)["permissions"].split(",")) == BASE_PERMISSIONS
     assert not result.find("iam", "service-accounts", "add-iam-policy-binding")
 
@@ -493,7 +518,7 @@ def test_permissions_and_grants_follow_the_pools(tmp_path: Path) -> None:
         tmp_path / "exposed.yaml", gcp_pool("open", network_interface={"external_ip": True})
     )
     result = dry_run(tmp_path, config=exposed)
-    role = result.one("iam", "roles", "create")
+    role = compute_role(result)
     assert "compute.subnetworks.useExternalIp" in flags(role)["permissions"].split(",")
 
 
@@ -528,7 +553,7 @@ def test_name_prefixes_every_resource(tmp_path: Path) -> None:
         "gpu-prod-reconcile",
         "gpu-prod-sweep",
     }
-    assert result.one("iam", "roles", "create")[4] == "gpu_prod_compute"
+    assert compute_role(result)[4] == "gpu_prod_compute"
     assert f"gpu-prod-fn@{PROJECT}.iam.gserviceaccount.com" in result.stdout
 
 
