@@ -36,6 +36,8 @@ DESCRIBES = {
     "ec2:DescribeLaunchTemplateVersions",
     "ec2:DescribeSpotPriceHistory",
 }
+# X-Ray's writes name no resource: the only other actions allowed on "*".
+TRACE_WRITES = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 LAUNCHES = {
     "ec2:RunInstances",
     "ec2:RequestSpotInstances",
@@ -196,7 +198,7 @@ def iam_problems(template: Template) -> list[str]:
         for action in actions:
             if "*" in action:
                 problems.append(f"{where}: wildcard action {action}")
-        if "*" in targets and not actions <= DESCRIBES:
+        if "*" in targets and not (actions <= DESCRIBES or actions <= TRACE_WRITES):
             problems.append(f"{where}: {sorted(actions - DESCRIBES)} on '*'")
         if "*" in targets and "Condition" in statement:
             problems.append(f"{where}: describes on '*' are plain reads, with no conditions")
@@ -1030,3 +1032,15 @@ def test_the_alarm_check_notices_a_metric_outside_the_catalog(template: Template
     (query,) = broken["Resources"]["LaunchErrorsAlarm"]["Properties"]["Metrics"]
     query["Expression"] = "SELECT SUM(LaunchFailures) FROM dynagent"
     assert any("not in the metrics CATALOG" in p for p in alarm_problems(broken))
+
+
+def test_every_function_is_traced_and_may_send_traces_only(template: Template) -> None:
+    assert template["Globals"]["Function"]["Tracing"] == "Active"
+    policy = template["Resources"]["TracingPolicy"]["Properties"]
+    roles = {role["Ref"] for role in policy["Roles"]}
+    function_roles = {
+        f["Properties"]["Role"]["Fn::GetAtt"][0] for f in functions(template).values()
+    }
+    assert roles == function_roles
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert set(statement["Action"]) == TRACE_WRITES and statement["Resource"] == "*"
