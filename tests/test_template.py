@@ -747,6 +747,9 @@ EXPECTED_ALARMS = {
     "SweepErrorsAlarm": Expected(
         "AWS/Lambda/Errors", "Sum", 300, 1, 0, "GreaterThanThreshold", "notBreaching"
     ),
+    "InterruptionErrorsAlarm": Expected(
+        "AWS/Lambda/Errors", "Sum", 300, 1, 0, "GreaterThanThreshold", "notBreaching"
+    ),
     "NoSnapshotsAlarm": Expected(
         "dynagent/SnapshotsApplied", "SUM", 60, 10, 1, "LessThanThreshold", "breaching"
     ),
@@ -846,6 +849,9 @@ def test_the_function_and_queue_alarms_name_this_stacks_resources(template: Temp
         "DeadLetterAlarm": {"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq, "QueueName"]}},
         "ReconcileErrorsAlarm": {"Name": "FunctionName", "Value": {"Ref": "ReconcileFunction"}},
         "SweepErrorsAlarm": {"Name": "FunctionName", "Value": {"Ref": "SweepFunction"}},
+        "InterruptionErrorsAlarm": {
+            "Name": "FunctionName", "Value": {"Ref": "InterruptionFunction"}
+        },
     }  # fmt: skip
     for name, wanted in dimension.items():
         assert alarms[name]["Properties"]["Dimensions"] == [wanted]
