@@ -189,12 +189,17 @@ def pool_status(
     }
 
 
-def render(status: dict[str, Any]) -> list[str]:
-    """Aligned plain text: the same on a terminal and in a pipe."""
+def render(status: dict[str, Any], styled: bool = False) -> list[str]:
+    """Aligned plain text for a pipe; ``styled`` (a terminal): boxed tables, bold
+    headers, states in colour."""
     counts = ", ".join(f"{n} {state}" for state, n in status["counts"].items()) or "none"
     bound = " (at max)" if status["at_max"] else ""
+    title = f"pool {status['pool']} ({status['cloud']})"
+    if styled:
+        title = _paint(title, _BOLD)
+        bound = _paint(bound, _COLOURS["stopped"]) if bound else ""
     lines = [
-        f"pool {status['pool']} ({status['cloud']}) at {status['now']}: "
+        f"{title} at {status['now']}: "
         f"{status['live']} of max {status['max_instances']} instances{bound}; {counts}"
     ]
     rows: list[tuple[str, ...]] = [("instance", "state", "type", "age", "idle", "registered")]
@@ -209,7 +214,8 @@ def render(status: dict[str, Any]) -> list[str]:
                 item["registered_at"] or "-",
             )
         )
-    lines += ["  " + line for line in _table(rows)] if status["instances"] else ["  no instances"]
+    table = _table(rows, styled)
+    lines += ["  " + line for line in table] if status["instances"] else ["  no instances"]
     if status["spot_requests"]:
         rows = [("spot request", "state", "status", "age", "instance")]  # a new table
         for request in status["spot_requests"]:
@@ -222,7 +228,7 @@ def render(status: dict[str, Any]) -> list[str]:
                     request["instance_id"] or "-",
                 )
             )
-        lines += ["  " + line for line in _table(rows)]
+        lines += ["  " + line for line in _table(rows, styled)]
     else:
         lines.append("  spot requests: none")
     last = status["last_snapshot"]
@@ -248,12 +254,52 @@ def render(status: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
+# ANSI styles for a terminal: states as an operator reads them at a glance.
+_BOLD = "1"
+_COLOURS = {
+    "busy": "32",  # green: working
+    "idle": "33",  # yellow: costs money, does nothing
+    "unregistered": "36",  # cyan: on its way
+    "starting": "36",
+    "disconnected": "31",  # red: something is wrong
+    "stopping": "31",
+    "stopped": "31",
+}
+
+
+def _paint(text: str, style: str) -> str:
+    return f"\x1b[{style}m{text}\x1b[0m"
+
+
+def _table(rows: list[tuple[str, ...]], styled: bool = False) -> list[str]:
     widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]
+    if not styled:
+        return [
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        ]
+
+    # Padding is measured on the plain text; colour goes on after it.
+    def line(left: str, middle: str, right: str) -> str:
+        return left + middle.join("─" * (width + 2) for width in widths) + right
+
+    def cells(row: tuple[str, ...], header: bool) -> str:
+        painted = []
+        for cell, width in zip(row, widths, strict=True):
+            padded = cell.ljust(width)
+            state = cell.split(" ")[0]
+            if header:
+                padded = _paint(padded, _BOLD)
+            elif state in _COLOURS:
+                padded = _paint(padded, _COLOURS[state])
+            painted.append(f" {padded} ")
+        return "│" + "│".join(painted) + "│"
+
+    body = [cells(row, header=False) for row in rows[1:]]
     return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
+        line("┌", "┬", "┐"), cells(rows[0], header=True), line("├", "┼", "┤"),
+        *body, line("└", "┴", "┘"),
+    ]  # fmt: skip
 
 
 def _seconds(delta: timedelta) -> int:

@@ -109,10 +109,12 @@ def write(views: list[dict[str, Any]], as_json: bool, out: TextIO) -> None:
     if as_json:
         print(json.dumps(views, indent=2), file=out)
         return
+    # A terminal gets boxes and colour (unless NO_COLOR is set); a pipe, plain text.
+    styled = out.isatty() and not os.environ.get("NO_COLOR")
     for index, view in enumerate(views):
         if index:
             print(file=out)
-        for line in render(view):
+        for line in render(view, styled):
             print(line, file=out)
 
 

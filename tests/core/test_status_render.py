@@ -1,0 +1,34 @@
+"""`dynagent status` on a terminal and in a pipe: the same facts, styled only for a person."""
+
+from __future__ import annotations
+
+import re
+
+from dynagent.status import pool_status, render
+from tests.core.builders import NOW, agent_instance, ago, fleet, pool, starting
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def status() -> dict[str, object]:
+    cloud = fleet(
+        agent_instance("i-busy"), agent_instance("i-idle", idle_since=ago(3)), starting("i-new")
+    )
+    return pool_status(pool(max_instances=3), cloud, None, NOW)
+
+
+def test_a_pipe_gets_plain_aligned_text() -> None:
+    lines = render(status())
+    assert not any(ANSI.search(line) or "│" in line for line in lines)
+    assert "3 of max 3 instances (at max)" in lines[0]
+
+
+def test_a_terminal_gets_boxes_and_colour_with_the_same_words() -> None:
+    plain, styled = render(status()), render(status(), styled=True)
+    table = [line for line in styled if "│" in line or "─" in line]
+    # Every row of the box is as wide as the others, once the colour codes are off.
+    assert len({len(ANSI.sub("", line)) for line in table}) == 1
+    assert "\x1b[32m" in "".join(styled)  # busy in green
+    assert "\x1b[33m" in "".join(styled)  # idle in yellow
+    words = lambda lines: sorted(re.findall(r"[\w.:-]+", ANSI.sub("", " ".join(lines))))  # noqa: E731
+    assert words(plain) == words(styled)
