@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Determined's own client (its API bindings and the `det` CLI) proves the local master in
+# dynagent.testing answers as a real one does. It pins requests<2.32, which drags the
+# Google clients back, so it gets a virtual environment of its own with the core package.
+DET_VENV := .venv-det
+DET_STAMP := $(DET_VENV)/.installed
 
 .PHONY: demo demo-gcp test lint typecheck unit bench reliability sam clean
 
@@ -33,11 +38,6 @@ unit: $(STAMP) $(DET_STAMP)
 	$(BIN)/pytest -q
 	$(DET_VENV)/bin/pytest -q -p no:cacheprovider tests/determined
 
-# Determined's own client (its API bindings and the `det` CLI) proves the local master in
-# dynagent.testing answers as a real one does. It pins requests<2.32, which drags the
-# Google clients back, so it gets a virtual environment of its own with the core package.
-DET_VENV := .venv-det
-DET_STAMP := $(DET_VENV)/.installed
 
 $(DET_STAMP): pyproject.toml tests/determined/requirements.txt
 	$(PYTHON) -m venv $(DET_VENV)
