@@ -10,8 +10,9 @@ There is no snapshot here, and no database: what the agent is doing is read from
 instance's marks, which the reconciles wrote from the snapshots. Registered, not idle
 and not disconnected means busy: its tasks will be requeued by the master when the
 agent goes, and need a machine. Not registered yet means it was launched for pending
-tasks that wait for it. An idle agent is not replaced: the next snapshot launches for
-whatever needs a machine then.
+tasks that wait for it. An idle agent is replaced only when its pool has demand waiting
+(the last snapshot's summary, which the reconcile keeps in the snapshot queue's tags for
+``dynagent status``): otherwise the next snapshot launches for whatever needs a machine.
 
 A rebalance recommendation only marks the instance (and is counted): it often comes
 long before an interruption, or with none at all, and a replacement would bill a second
@@ -57,11 +58,15 @@ def launch_key(pool: str, notice: Notice) -> str:
     return f"{pool}:{notice.kind}:{notice.instance_id}"
 
 
-def plan_interruption(pool: Pool, fleet: Fleet, notice: Notice, now: datetime) -> Plan:
+def plan_interruption(
+    pool: Pool, fleet: Fleet, notice: Notice, now: datetime, pending_slots: int = 0
+) -> Plan:
     """Mark the instance, and for a warning launch its replacement if anything needs it.
 
     ``fleet`` is what the pool's provider observed; an instance not in it is not the
     pool's (unmanaged, another pool's, or gone already), and changes nothing.
+    ``pending_slots`` is the demand the pool's last snapshot left waiting (the summary
+    a reconcile keeps for ``dynagent status``; 0 when none is known or it is stale).
     """
     empty = Plan(pool=pool.name, launch_key=launch_key(pool.name, notice), launch_at=notice.time)
     instance = fleet.instance(notice.instance_id)
@@ -77,7 +82,7 @@ def plan_interruption(pool: Pool, fleet: Fleet, notice: Notice, now: datetime) -
         interruptions = (Interruption(instance.id, notice.kind),)
     launches: tuple[Launch, ...] = ()
     waiting: tuple[str, ...] = ()
-    need = _need(pool, fleet, instance, now) if notice.kind == INTERRUPTION else None
+    need = _need(pool, fleet, instance, now, pending_slots) if notice.kind == INTERRUPTION else None
     if need is not None:
         provider = pool.provider
         if _counted(fleet, instance) >= provider.max_instances:
@@ -102,7 +107,9 @@ def plan_interruption(pool: Pool, fleet: Fleet, notice: Notice, now: datetime) -
     )
 
 
-def _need(pool: Pool, fleet: Fleet, instance: Instance, now: datetime) -> str | None:
+def _need(
+    pool: Pool, fleet: Fleet, instance: Instance, now: datetime, pending_slots: int
+) -> str | None:
     """Why the interrupted instance needs a replacement, or None if nothing does."""
     marks = instance.marks
     if instance.registered_at is None:
@@ -113,6 +120,9 @@ def _need(pool: Pool, fleet: Fleet, instance: Instance, now: datetime) -> str | 
     minimum = pool.provider.min_instances
     if _counted(fleet, instance) < minimum:
         return f"keep min_instances ({minimum})"
+    if pending_slots > 0:
+        # An idle agent the master would have placed waiting work on.
+        return f"its pool has demand waiting ({pending_slots} slots in the last snapshot)"
     return None
 
 

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from dynagent.aws.functions import AwsFunctions
+from dynagent.aws.status import QueueTagStore
 from dynagent.plan import Interruption
 from dynagent.reconcile import apply_snapshot
+from dynagent.status import Summary
 from dynagent.testing.aws import LocalAws
 
 from .helpers import (
+    FIFO,
     REGION,
     config,
     image_id,
@@ -224,3 +228,24 @@ def test_a_notice_is_counted_in_the_metrics(
                 emitted[key] += int(sum(document[metric["Name"]]))
     assert emitted[("Interruptions", "interruption")] == 1
     assert emitted[("Launches", "interrupted")] == 1
+
+
+def test_an_idle_agents_warning_launches_when_the_last_snapshot_left_demand(
+    sqs: Any, ec2: Any, functions: AwsFunctions
+) -> None:
+    interrupted = agent_on_one_machine(functions, ec2, used_slots=0)["InstanceId"]
+    queue = str(sqs.create_queue(QueueName="snapshots.fifo", Attributes=FIFO)["QueueUrl"])
+    functions.sqs, functions.snapshot_queue_url = sqs, queue
+    # What a reconcile records after a snapshot with 8 slots still waiting; stale first.
+    waiting = Summary(3, now(), 1, 8, 1, 0, 1, 0)
+    store = QueueTagStore(sqs, queue)
+    store.write("a100", replace(waiting, time=now() - timedelta(minutes=11)))
+    stale = functions.handle_notice(notice(interrupted))
+    assert stale is not None and stale.plan is not None and stale.plan.launches == ()
+
+    store.write("a100", waiting)
+    outcome = functions.handle_notice(notice(interrupted))
+    assert outcome is not None and outcome.plan is not None and outcome.launch is not None
+    (launch,) = outcome.plan.launches
+    assert "demand waiting (8 slots" in launch.reason
+    assert len(outcome.launch.started) == 1

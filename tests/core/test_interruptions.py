@@ -84,6 +84,13 @@ def test_an_idle_agent_is_replaced_to_keep_min_instances() -> None:
     assert "min_instances" in launch.reason
 
 
+def test_an_idle_agent_is_replaced_when_its_pool_has_demand_waiting() -> None:
+    cloud = fleet(agent_instance("i-x", idle_since=ago(3)))
+    plan = plan_interruption(pool(), cloud, warning("i-x"), NOW, pending_slots=8)
+    (launch,) = plan.launches
+    assert "demand waiting (8 slots" in launch.reason
+
+
 def test_the_interrupted_machine_does_not_hold_its_replacement_back_at_max() -> None:
     cloud = fleet(agent_instance("i-a"), agent_instance("i-b"))
     assert len(plan_interruption(pool(max_instances=2), cloud, warning("i-a"), NOW).launches) == 1

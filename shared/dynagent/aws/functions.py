@@ -43,7 +43,7 @@ from .emf import EmfWriter
 from .fleet_launch import WarmState
 from .notices import NotANotice, owning_pool, parse_notice
 from .sqs import DEFAULT_MAX_MESSAGE_BYTES, send_dead_letter
-from .status import QueueTagStore
+from .status import QueueTagStore, summary_from_tags
 
 CONFIG_ENV = "DYNAGENT_CONFIG"
 DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_QUEUE_URL"
@@ -271,11 +271,26 @@ class AwsFunctions:
             return None
         provider = self.provider(pool)
         fleet = provider.observe()
-        plan = plan_interruption(pool, fleet, notice, now)
+        plan = plan_interruption(pool, fleet, notice, now, self._pending_slots(pool.name, now))
         outcome = Outcome(pool.name, plan, apply(plan, provider), fleet=fleet)
         log_outcome(self.logger, outcome)
         self._measure(outcome, now)
         return outcome
+
+    def _pending_slots(self, pool: str, now: datetime) -> int:
+        """The demand the pool's last applied snapshot left waiting, from its summary in
+        the snapshot queue's tags; 0 when unknown or older than max_snapshot_age."""
+        if self.sqs is None or not self.snapshot_queue_url:
+            return 0
+        try:
+            tags = QueueTagStore(self.sqs, self.snapshot_queue_url).read()
+        except ClientError as error:  # without it, only busy agents are replaced
+            self.logger.warning("could not read the pools' summaries", extra={"error": str(error)})
+            return 0
+        summary = summary_from_tags(pool, tags)
+        if summary is None or now - summary.time > self.config.settings.max_snapshot_age:
+            return 0
+        return summary.pending_slots
 
 
 class _FifoProcessor(SqsFifoPartialProcessor):
