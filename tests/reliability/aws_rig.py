@@ -21,8 +21,10 @@ from typing import Any
 from botocore.config import Config as BotoConfig
 from botocore.retries import standard
 
+from dynagent.aws.emf import EmfWriter
 from dynagent.aws.functions import AwsFunctions, retry_delay
 from dynagent.config import Config, config_from_document
+from dynagent.demo.rig import Discard
 from dynagent.snapshot import Snapshot
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.event_source import LambdaContext, queue_arn, sqs_event
@@ -207,6 +209,8 @@ class Rig:
             clock=clock.now,
             sleep=clock.sleep,
             logger=self.logger,
+            # The table is the suite's output: the functions' metric lines go nowhere.
+            metrics=EmfWriter(Discard()),
         )
 
     # -- the queue and the event source ----------------------------------------------

@@ -18,8 +18,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dynagent.config import Config
+from dynagent.demo.rig import Discard
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import POOL_LABEL
+from dynagent.gcp.logs import MetricLog
 from dynagent.gcp.pubsub import REASON_ATTRIBUTE, PubSubPublisher
 from dynagent.reconcile import Outcome
 from dynagent.snapshot import Snapshot
@@ -146,6 +148,8 @@ class Rig:
             clock=self.clock.now,
             sleep=self.clock.sleep,
             logger=self.log,
+            # The table is the suite's output: the functions' metric lines go nowhere.
+            metrics=MetricLog(Discard()),
         )
         self.messages: dict[str, Message] = {}
         self.passes = 0
