@@ -1042,8 +1042,15 @@ def test_the_alarm_check_notices_a_metric_outside_the_catalog(template: Template
     assert any("not in the metrics CATALOG" in p for p in alarm_problems(broken))
 
 
-def test_every_function_is_traced_and_may_send_traces_only(template: Template) -> None:
-    assert template["Globals"]["Function"]["Tracing"] == "Active"
+def test_every_function_may_be_traced_and_may_send_traces_only(template: Template) -> None:
+    functions_ = template["Globals"]["Function"]
+    assert functions_["Tracing"] == {"Ref": "Tracing"}
+    assert template["Parameters"]["Tracing"]["AllowedValues"] == ["Active", "PassThrough"]
+    # Off, the Tracer's SDK is not imported at all (functions/aws/app.py reads this).
+    assert functions_["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == {
+        "Fn::If": ["Traced", "false", "true"]
+    }
+    assert template["Conditions"]["Traced"] == {"Fn::Equals": [{"Ref": "Tracing"}, "Active"]}
     policy = template["Resources"]["TracingPolicy"]["Properties"]
     roles = {role["Ref"] for role in policy["Roles"]}
     function_roles = {

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +34,9 @@ from .helpers import (
     snapshot,
 )
 from .test_functions import app  # noqa: F401  (the fixture: functions/aws/app.py, loaded)
+
+ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONS_DIR, SHARED_DIR = ROOT / "functions" / "aws", ROOT / "shared"
 
 
 def documents(text: str) -> list[dict[str, Any]]:
@@ -185,8 +192,22 @@ def test_the_handlers_print_emf_to_stdout_without_a_service_dimension(
     assert reconciled[("SnapshotsApplied", "a100")] == 1.0
 
     app.sweep({"source": "aws.events"}, LambdaContext())
-    assert app.tracer.disabled
+    assert app.TRACED  # traced as deployed with Tracing=Active; inert outside Lambda
     swept = points(documents(capsys.readouterr().out))
     # Every pool of the config, t4 too, and the a100 instance launched above.
     assert swept[("Instances", "t4", "running")] == 0.0
     assert swept[("Instances", "a100", "starting")] + swept[("Instances", "a100", "running")] == 1
+
+
+@pytest.mark.parametrize("disabled", ["true", "false"])
+def test_the_xray_sdk_is_imported_only_when_tracing_is_on(disabled: str) -> None:
+    """It costs some 0.2 s of a cold start: the stack's Tracing parameter decides."""
+    code = (
+        f"import sys; sys.path[:0] = [{str(FUNCTIONS_DIR)!r}, {str(SHARED_DIR)!r}]; "
+        "import app; print('aws_xray_sdk.core' in sys.modules)"
+    )
+    env = {**os.environ, "POWERTOOLS_TRACE_DISABLED": disabled}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == ("False" if disabled == "true" else "True")
