@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any, Protocol
 
 from dynagent.config import Pool
 from dynagent.fallback import NO_CAPACITY
@@ -174,3 +176,18 @@ def _launch_errors(launch: LaunchResult) -> Counter[str]:
 def dead_letter_point(pool: str) -> Point:
     """One record set aside; ``pool`` is "unknown" when it named no configured pool."""
     return point("DeadLetters", 1, pool)
+
+
+class MetricWriter(Protocol):
+    def write(self, points: Iterable[Point], now: datetime) -> None: ...
+
+
+def write_safely(
+    metrics: MetricWriter, points: Callable[[], Iterable[Point]], now: datetime, logger: Any
+) -> None:
+    """Compute and write points; a failure is logged, never raised: metrics must not
+    fail a pass that did its work."""
+    try:
+        metrics.write(points(), now)
+    except Exception as error:
+        logger.warning("metrics not written", extra={"error": repr(error)})

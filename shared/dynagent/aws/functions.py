@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from dynagent.config import AwsProvider, Config, Pool, load_config
 from dynagent.interruptions import plan_interruption
 from dynagent.metrics import Point
-from dynagent.pass_metrics import dead_letter_point, pass_points
+from dynagent.pass_metrics import dead_letter_point, pass_points, write_safely
 from dynagent.reconcile import (
     Outcome,
     Timer,
@@ -186,10 +186,7 @@ class AwsFunctions:
         self._emit(lambda: pass_points(outcome, self.config.pools.get(outcome.pool), now), now)
 
     def _emit(self, points: Callable[[], Iterable[Point]], now: datetime) -> None:
-        try:
-            self.metrics.write(points(), now)
-        except Exception as error:  # metrics must never fail a pass that did its work
-            self.logger.warning("metrics not written", extra={"error": repr(error)})
+        write_safely(self.metrics, points, now, self.logger)
 
     def _set_aside(self, record: SQSRecord, reason: str, pool: str) -> None:
         """Bad messages go to the dead-letter queue at once: retrying cannot fix them."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dynagent.config import Config, GcpProvider, Pool, load_config
 from dynagent.fallback import CapacityMemory
 from dynagent.metrics import Point
-from dynagent.pass_metrics import dead_letter_point, pass_points
+from dynagent.pass_metrics import dead_letter_point, pass_points, write_safely
 from dynagent.reconcile import Outcome, Timer, apply_snapshot, log_outcome, sweep
 from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 from dynagent.status import Summary, SummaryRecorder
@@ -153,10 +153,7 @@ class GcpFunctions:
         self._emit(lambda: pass_points(outcome, self.config.pools.get(outcome.pool), now), now)
 
     def _emit(self, points: Callable[[], Iterable[Point]], now: datetime) -> None:
-        try:
-            self.metrics.write(points(), now)
-        except Exception as error:  # metrics must never fail a pass that did its work
-            self.logger.warning("metrics not written", extra={"error": repr(error)})
+        write_safely(self.metrics, points, now, self.logger)
 
     def _set_aside(self, message: PubSubMessage, reason: str, pool: str) -> None:
         """Bad messages are acknowledged (retrying cannot fix them) and kept aside."""
