@@ -64,8 +64,7 @@ class _Context:
     now: datetime
     settings: Settings
     agents: dict[str, Agent] = field(default_factory=dict)
-    terminations: dict[str, str] = field(default_factory=dict)
-    causes: dict[str, str] = field(default_factory=dict)
+    terminations: dict[str, Termination] = field(default_factory=dict)
     cancellations: dict[str, str] = field(default_factory=dict)
     adoptions: list[Adoption] = field(default_factory=list)
     kept_count: int = 0
@@ -125,8 +124,7 @@ class _Context:
     def terminate(self, instance_id: str, reason: str, cause: str = "other") -> None:
         if instance_id in self.terminations:
             return
-        self.terminations[instance_id] = reason
-        self.causes[instance_id] = cause
+        self.terminations[instance_id] = Termination(instance_id, reason, cause)
         instance = self.by_id.get(instance_id)
         if instance is not None and instance.live and instance_id not in self.going:
             self.kept_count -= 1
@@ -195,7 +193,7 @@ def decide(
         launch_key=_launch_key(pool.name, snapshot, now),
         launch_at=snapshot.time if snapshot else now.replace(second=0, microsecond=0),
         launches=launches,
-        terminations=tuple(Termination(i, r, ctx.causes[i]) for i, r in ctx.terminations.items()),
+        terminations=tuple(ctx.terminations.values()),
         cancellations=tuple(Cancellation(i, r) for i, r in ctx.cancellations.items()),
         # Adopted before terminated: the managed tags are what allow the terminate.
         adoptions=tuple(ctx.adoptions),

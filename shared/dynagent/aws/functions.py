@@ -180,7 +180,7 @@ class AwsFunctions:
         self._measure(outcome, now)
         if self._summaries is not None and outcome.plan is not None:
             refused = outcome.launch.error if outcome.launch is not None else None
-            self._summaries.record(parsed, refused, self.clock())
+            self._summaries.record(parsed, refused, now)
 
     def _measure(self, outcome: Outcome, now: datetime) -> None:
         self._emit(lambda: pass_points(outcome, self.config.pools.get(outcome.pool), now), now)

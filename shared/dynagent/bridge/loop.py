@@ -20,7 +20,7 @@ from dynagent.snapshot import DRAINING_REPORT_LEASE, Snapshot
 
 from .client import MasterClient, MasterRefused, MasterUnavailable
 from .drain import Drainer
-from .reading import PROVISIONED_TYPES, AgentReading, PoolReading, read_pools
+from .reading import PoolReading, read_pools
 
 # A snapshot at least this often, changed or not: the functions' heartbeat.
 HEARTBEAT = timedelta(seconds=30)
@@ -110,18 +110,19 @@ class Bridge:
     def _read(self) -> dict[str, PoolReading]:
         pools = self.master.resource_pools()
         managed = set(self.config.pools)
-        for pool in pools:
-            if pool.get("name") in managed and pool.get("type") in PROVISIONED_TYPES:
-                raise BridgeRefused(
-                    f"pool {pool['name']!r} is provisioned by the master itself "
-                    f"({pool['type']}): two autoscalers on one pool fight over it; "
-                    "remove its provider from the master's config or the pool from dynagent's"
-                )
         agents = self.master.agents()
         allocations = self.master.allocations()
         listed = {str(pool.get("name")) for pool in pools}
         jobs = {name: self.master.job_queue(name) for name in sorted(managed & listed)}
-        return read_pools(agents, pools, allocations, jobs)
+        readings = read_pools(agents, pools, allocations, jobs)
+        for name in sorted(managed & listed):
+            if readings[name].provisioned_by_determined:
+                raise BridgeRefused(
+                    f"pool {name!r} is provisioned by the master itself "
+                    f"({readings[name].type}): two autoscalers on one pool fight over it; "
+                    "remove its provider from the master's config or the pool from dynagent's"
+                )
+        return readings
 
     def _drain(self, pool_name: str, reading: PoolReading, now: datetime) -> PoolReading:
         pool = self.config.pool(pool_name)
@@ -164,14 +165,14 @@ class Bridge:
                 f"{action.reason}",
                 extra={"pool": pool_name},
             )
-            agent = _agent(reading, action.agent_id)
             if action.enable:
                 self.drainer.drained.discard(action.agent_id)
                 reported_at.pop(action.agent_id, None)
-                reading = reading.with_agent(_with(agent, enabled=True, draining=False))
             else:
                 self.drainer.drained.add(action.agent_id)
-                reading = reading.with_agent(_with(agent, enabled=False, draining=True))
+            reading = reading.with_state(
+                action.agent_id, enabled=action.enable, draining=not action.enable
+            )
         self.withdrawn[pool_name] = waiting
         return reading
 
@@ -197,13 +198,3 @@ class Bridge:
         return Snapshot(
             pool=reading.name, seq=self.seq, time=now, pending=reading.pending, agents=agents
         )
-
-
-def _agent(reading: PoolReading, agent_id: str) -> AgentReading:
-    return next(a for a in reading.agents if a.id == agent_id)
-
-
-def _with(agent: AgentReading, *, enabled: bool, draining: bool) -> AgentReading:
-    return AgentReading(
-        agent.id, agent.slots, agent.used_slots, agent.tasks, enabled=enabled, draining=draining
-    )

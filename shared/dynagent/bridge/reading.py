@@ -53,8 +53,12 @@ class PoolReading:
     def provisioned_by_determined(self) -> bool:
         return self.type in PROVISIONED_TYPES
 
-    def with_agent(self, agent: AgentReading) -> PoolReading:
-        agents = tuple(agent if a.id == agent.id else a for a in self.agents)
+    def with_state(self, agent_id: str, *, enabled: bool, draining: bool) -> PoolReading:
+        """This reading with one agent enabled or drained, as a write just made it."""
+        agents = tuple(
+            replace(a, enabled=enabled, draining=draining) if a.id == agent_id else a
+            for a in self.agents
+        )
         return replace(self, agents=agents)
 
 

@@ -146,7 +146,7 @@ class GcpFunctions:
         self._measure(outcome, now)
         if self._summaries is not None and outcome.plan is not None and snapshot is not None:
             refused = outcome.launch.error if outcome.launch is not None else None
-            self._summaries.record(snapshot, refused, self.clock())
+            self._summaries.record(snapshot, refused, now)
         return outcome
 
     def _measure(self, outcome: Outcome, now: datetime) -> None:
