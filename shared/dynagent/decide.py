@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from dynagent.boot.master import MasterUrlError, master_address
 from dynagent.config import Pool, ProviderConfig, Settings
 from dynagent.durations import format_duration
 from dynagent.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
@@ -188,6 +189,12 @@ def decide(
     _reap_idle(ctx, survey.idle, survey.room, counted_on)
     _trim_to_max(ctx)
     launches, demand = _launches(ctx, survey.room)
+    addresses = (snapshot.master_addresses if snapshot else None) or {}
+    held = _master_unknown(pool, addresses) if launches else None
+    waiting = [f"{task.task} ({task.slots} slots): {why}" for task, why in demand.waiting]
+    if held:
+        waiting.append(f"{len(launches)} launches held: {held}")
+        launches = ()
     return Plan(
         pool=pool.name,
         launch_key=_launch_key(pool.name, snapshot, now),
@@ -199,11 +206,22 @@ def decide(
         adoptions=tuple(ctx.adoptions),
         marks=_mark_writes(ctx, survey.marks + _still_wanted(ctx, counted_on)),
         unschedulable=tuple(demand.unschedulable),
-        waiting=tuple(f"{task.task} ({task.slots} slots): {why}" for task, why in demand.waiting),
+        waiting=tuple(waiting),
         pending_at_max=any(why.startswith(AT_MAX) for _, why in demand.waiting),
         unmatched_agents=tuple(sorted(ctx.unmatched)),
         interruptions=tuple(ctx.interruptions),
+        master_addresses=tuple(sorted(addresses.items())),
     )
+
+
+def _master_unknown(pool: Pool, addresses: dict[str, str]) -> str | None:
+    """Why no agent could reach the master, or None: an alias in ``master_url`` that no
+    snapshot resolved (``boot.master``)."""
+    try:
+        master_address(pool.provider.master_url).resolved(addresses)
+    except MasterUrlError as error:
+        return str(error)
+    return None
 
 
 def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[Launch, ...], Demand]:

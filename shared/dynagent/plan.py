@@ -122,6 +122,9 @@ class Plan:
     unmatched_agents: tuple[str, ...] = ()
     # Spot interruptions this pass saw (for metrics): notices, and preempted machines.
     interruptions: tuple[Interruption, ...] = ()
+    # The master host's addresses by master_url alias, from the snapshot: the launches'
+    # boot scripts resolve an alias in master_url with them.
+    master_addresses: tuple[tuple[str, str], ...] = ()
 
     @property
     def changes_nothing(self) -> bool:

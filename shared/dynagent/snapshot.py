@@ -84,6 +84,10 @@ class Snapshot(_Wire):
     time: AwareDatetime
     pending: tuple[PendingTask, ...] = ()
     agents: tuple[Agent, ...] = ()
+    # Optional within version 1: the master host's own addresses by Determined's
+    # master_url alias (local-ipv4, public-ipv4, local-hostname, public-hostname,
+    # internal-ip, external-ip), read by the bridge from that host's metadata.
+    master_addresses: dict[str, str] | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -15,16 +15,17 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from dynagent.boot import MasterUrlError, agent_boot, machine_gpus, master_address, render
 from dynagent.config import AwsProvider, Pool, Settings
 from dynagent.fallback import Attempt, launch_with_fallback
 from dynagent.fleet import Fleet, Instance, InstanceState, RequestState, SpotRequest
 from dynagent.offerings import Offering, Purchase
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 from dynagent.provider import LaunchResult
-from dynagent.userdata import agent_startup_script
 
 from . import tags
 from .fleet_launch import (
+    METADATA_OPTIONS,
     SPOT_PRICES_FOR,
     FleetLauncher,
     WarmState,
@@ -52,6 +53,7 @@ _AGENT_ID_COMMAND = (
     '-H "X-aws-ec2-metadata-token-ttl-seconds: 300")" '
     "http://169.254.169.254/latest/meta-data/instance-id"
 )
+_MACHINE_TYPE_COMMAND = _AGENT_ID_COMMAND.replace("instance-id", "instance-type")
 
 
 # How long a launch that describe calls did not show yet still counts as the pool's: far
@@ -208,13 +210,17 @@ class Ec2Provider:
     def launch(self, plan: Plan) -> LaunchResult:
         if not plan.launches:
             return LaunchResult()
+        try:
+            user_data = self._user_data(plan)
+        except MasterUrlError as error:
+            return LaunchResult(error=f"master_url: {error}")
         if self.config.offerings is not None:
-            return self._launch_fleet(plan)
+            return self._launch_fleet(plan, user_data)
         try:
             if self.config.spot:
-                result = self._request_spot(plan)
+                result = self._request_spot(plan, user_data)
             else:
-                result = self._run_instances(len(plan.launches), plan.launch_key)
+                result = self._run_instances(len(plan.launches), plan.launch_key, user_data)
         except ClientError as error:
             code = error_code(error)
             if code == "IdempotentParameterMismatch":
@@ -226,7 +232,7 @@ class Ec2Provider:
         self._wait_visible(result.started, requests=self.config.spot)
         return result
 
-    def _launch_fleet(self, plan: Plan) -> LaunchResult:
+    def _launch_fleet(self, plan: Plan, user_data: str) -> LaunchResult:
         """Each machine on its first offering EC2 has capacity for, via CreateFleet."""
         launcher = FleetLauncher(
             self.pool.name,
@@ -235,7 +241,7 @@ class Ec2Provider:
             self.warm,
             data=lambda: template_data(
                 self._launch_specification(),
-                self._user_data(),
+                user_data,
                 tags.instance_tags(self.config, self.pool.name),
             ),
             token=client_token,
@@ -260,12 +266,12 @@ class Ec2Provider:
         self._wait_visible(result.started, requests=False)
         return result
 
-    def _run_instances(self, count: int, launch_key: str) -> LaunchResult:
+    def _run_instances(self, count: int, launch_key: str, user_data: str) -> LaunchResult:
         request = self._launch_specification()
         request["TagSpecifications"] = self._tag_specifications(launch_key, ["instance", "volume"])
-        request["MetadataOptions"] = {"HttpTokens": "required", "HttpEndpoint": "enabled"}
+        request["MetadataOptions"] = dict(METADATA_OPTIONS)
         request["InstanceInitiatedShutdownBehavior"] = "terminate"
-        request["UserData"] = self._user_data()
+        request["UserData"] = user_data
         response = self.ec2.run_instances(
             MinCount=1, MaxCount=count, ClientToken=client_token(launch_key), **request
         )
@@ -279,10 +285,10 @@ class Ec2Provider:
             )
         return LaunchResult(started=tuple(i["InstanceId"] for i in response["Instances"]))
 
-    def _request_spot(self, plan: Plan) -> LaunchResult:
+    def _request_spot(self, plan: Plan, user_data: str) -> LaunchResult:
         launch_key = plan.launch_key
         specification = self._launch_specification()
-        specification["UserData"] = base64.b64encode(self._user_data().encode()).decode()
+        specification["UserData"] = base64.b64encode(user_data.encode()).decode()
         extra = {"SpotPrice": self.config.spot_max_price} if self.config.spot_max_price else {}
         response = self.ec2.request_spot_instances(
             InstanceCount=len(plan.launches),
@@ -361,8 +367,12 @@ class Ec2Provider:
             specs.append({"ResourceType": kind, "Tags": [*base, launch_tag]})
         return specs
 
-    def _user_data(self) -> str:
-        return agent_startup_script(self.config, self.pool.name, _AGENT_ID_COMMAND)
+    def _user_data(self, plan: Plan) -> str:
+        """The boot script (``dynagent.boot``), with the master's address the snapshot
+        resolved; MasterUrlError when an alias in master_url stays unresolved."""
+        master = master_address(self.config.master_url).resolved(dict(plan.master_addresses))
+        boot = agent_boot(self.config, self.pool.name, machine_gpus(self.config), master)
+        return render(boot, _AGENT_ID_COMMAND, _MACHINE_TYPE_COMMAND)
 
     def _wait_visible(self, started: tuple[str, ...], requests: bool) -> None:
         """Poll until describe calls show every launch, so the next pass counts them."""

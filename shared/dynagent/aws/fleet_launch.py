@@ -41,6 +41,14 @@ CAPACITY_ERRORS = frozenset(
         "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow", "UnfulfillableCapacity",
     }
 )  # fmt: skip
+# Every launch: IMDSv2 only, and a hop limit of 2 so that task containers, one hop
+# further on a bridge network, reach the instance profile's credentials (Determined's
+# provisioner/aws/aws.go sets 2 for this reason).
+METADATA_OPTIONS = {
+    "HttpTokens": "required",
+    "HttpEndpoint": "enabled",
+    "HttpPutResponseHopLimit": 2,
+}
 # How long a warm function trusts the spot prices it read.
 SPOT_PRICES_FOR = timedelta(hours=1)
 _TEMPLATE_NOT_FOUND = frozenset(
@@ -92,7 +100,7 @@ def template_data(
             for interface in data["NetworkInterfaces"]
         ]
     data["UserData"] = base64.b64encode(user_data.encode()).decode()
-    data["MetadataOptions"] = {"HttpTokens": "required", "HttpEndpoint": "enabled"}
+    data["MetadataOptions"] = dict(METADATA_OPTIONS)
     data["TagSpecifications"] = [
         {"ResourceType": kind, "Tags": instance_tags} for kind in ("instance", "volume")
     ]

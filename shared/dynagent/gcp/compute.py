@@ -19,6 +19,7 @@ from google.api_core import exceptions as google_errors
 from google.cloud import compute_v1
 from google.protobuf.json_format import ParseError
 
+from dynagent.boot import MasterAddress, MasterUrlError, master_address
 from dynagent.config import Pool, Settings
 from dynagent.fallback import Attempt, CapacityMemory, launch_with_fallback
 from dynagent.fleet import Fleet, Instance
@@ -174,21 +175,25 @@ class GceProvider:
     def launch(self, plan: Plan) -> LaunchResult:
         if not plan.launches:
             return LaunchResult()
+        try:
+            master = master_address(self.config.master_url).resolved(dict(plan.master_addresses))
+        except MasterUrlError as error:
+            return LaunchResult(error=f"master_url: {error}")
         if self.config.offerings is not None:
-            return self._launch_offerings(plan)
+            return self._launch_offerings(plan, master)
         names = instance_names(self.config, plan.launch_key, len(plan.launches))
-        operations, existing, errors = self._insert(names, plan.launch_key)
+        operations, existing, errors = self._insert(names, plan.launch_key, master)
         errors += [f"{name}: {problem}" for name, problem in self._wait(operations).items()]
         started = tuple(n for n in names if n in operations or n in existing)
         self._wait_visible(started)
         return LaunchResult(started=started, error="; ".join(errors) or None)
 
-    def _launch_offerings(self, plan: Plan) -> LaunchResult:
+    def _launch_offerings(self, plan: Plan, master: MasterAddress) -> LaunchResult:
         """Each VM on its first offering Compute Engine has capacity for."""
 
         def call(offering: Offering, count: int) -> Attempt:
             names = offering_names(self.config, plan.launch_key, offering.key, count)
-            operations, existing, errors = self._insert(names, plan.launch_key, offering)
+            operations, existing, errors = self._insert(names, plan.launch_key, master, offering)
             failed = self._wait(operations)
             started = tuple(n for n in names if n in operations or n in existing)
             codes = {code for problem in failed.values() for code in _codes(problem)}
@@ -202,7 +207,11 @@ class GceProvider:
         return result
 
     def _insert(
-        self, names: list[str], launch_key: str, offering: Offering | None = None
+        self,
+        names: list[str],
+        launch_key: str,
+        master: MasterAddress,
+        offering: Offering | None = None,
     ) -> tuple[dict[str, Any], set[str], list[str]]:
         """Send every insert before waiting on any: the VMs boot side by side.
 
@@ -218,7 +227,7 @@ class GceProvider:
         for name in names:
             try:
                 body = instance_body(
-                    self.config, self.pool.name, name, launch_key, machine, zone, spot
+                    self.config, self.pool.name, name, launch_key, master, machine, zone, spot
                 )
                 resource = compute_v1.Instance.from_json(json.dumps(body))
             except ParseError as error:  # a field base_config names that the API lacks

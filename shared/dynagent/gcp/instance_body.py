@@ -1,7 +1,10 @@
 """The Compute Engine instance a launch asks for, as the REST API's JSON.
 
 Built as plain JSON (the API's own field names, as Determined's ``base_config`` is
-written) and merged over ``base_config``: ours wins where both set a field.
+written) over ``base_config`` as Determined merges them (provconfig
+``GCPClusterConfig.InstanceProperties`` and provisioner/gcp/gcp.go
+``clusterInstanceProperties``): lists the admin gives there keep their entries, so a disk
+``base_config`` attaches stays beside the boot disk.
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ import copy
 import hashlib
 from typing import Any
 
+from dynagent.boot import MasterAddress, agent_boot, render
 from dynagent.pools.gcp import GcpInstanceType, GcpProvider
-from dynagent.userdata import agent_startup_script
 
 from .labels import LAUNCH_KEY_LABEL, identity_labels, label_safe
 
@@ -50,6 +53,7 @@ def instance_body(
     pool: str,
     name: str,
     launch_key: str,
+    master: MasterAddress,
     machine: GcpInstanceType | None = None,
     zone: str | None = None,
     spot: bool | None = None,
@@ -58,59 +62,89 @@ def instance_body(
     zone = zone or provider.zone
     kind = machine or provider.instance_type
     spot = provider.spot if spot is None else spot
-    ours: dict[str, Any] = {
-        "name": name,
-        "machineType": f"zones/{zone}/machineTypes/{kind.machine_type}",
-        "labels": {**identity_labels(provider, pool), LAUNCH_KEY_LABEL: label_safe(launch_key)},
-        "disks": [
-            {
-                "boot": True,
-                "autoDelete": True,
-                "type": "PERSISTENT",
-                "initializeParams": {
-                    "sourceImage": provider.boot_disk_source_image,
-                    "diskSizeGb": str(provider.boot_disk_size),
-                },
-            }
-        ],
-        "networkInterfaces": [_network_interface(provider)],
-        "scheduling": _scheduling(kind, spot),
-        "metadata": {
-            "items": [
-                {
-                    "key": "startup-script",
-                    "value": agent_startup_script(provider, pool, AGENT_ID_COMMAND),
-                }
-            ]
-        },
-    }
+    body = copy.deepcopy(provider.base_config)
+    body["name"] = name
+    body["machineType"] = f"zones/{zone}/machineTypes/{kind.machine_type}"
+    platform = min_cpu_platform(kind.machine_type)
+    if platform:
+        body["minCpuPlatform"] = platform
     if kind.gpu_num:
-        ours["guestAccelerators"] = [
+        body["guestAccelerators"] = [
             {
                 "acceleratorType": f"zones/{zone}/acceleratorTypes/{kind.gpu_type}",
                 "acceleratorCount": kind.gpu_num,
             }
         ]
-    if provider.service_account.email:
-        ours["serviceAccounts"] = [
-            {
-                "email": provider.service_account.email,
-                "scopes": list(provider.service_account.scopes),
-            }
-        ]
+    body["disks"] = [_boot_disk(provider, zone), *body.get("disks", [])]
+    # The admin's labels, then ours: the managed pair is never overwritten.
+    body["labels"] = {
+        **body.get("labels", {}),
+        **provider.labels,
+        **identity_labels(provider, pool),
+        LAUNCH_KEY_LABEL: label_safe(launch_key),
+    }
+    body["networkInterfaces"] = _network_interfaces(provider, body.get("networkInterfaces", []))
     if provider.network_tags:
-        ours["tags"] = {"items": list(provider.network_tags)}
-    return merge(provider.base_config, ours)
+        items = body.get("tags", {}).get("items", [])
+        body["tags"] = {**body.get("tags", {}), "items": [*items, *provider.network_tags]}
+    if provider.service_account.email:
+        account = {
+            "email": provider.service_account.email,
+            "scopes": list(provider.service_account.scopes),
+        }
+        body["serviceAccounts"] = [*body.get("serviceAccounts", []), account]
+    body["scheduling"] = _scheduling(kind, spot)
+    boot = agent_boot(provider, pool, {kind.machine_type: kind.gpu_num}, master)
+    script = {"key": "startup-script", "value": render(boot, AGENT_ID_COMMAND)}
+    theirs = [
+        i for i in body.get("metadata", {}).get("items", []) if i.get("key") != "startup-script"
+    ]
+    body["metadata"] = {**body.get("metadata", {}), "items": [script, *theirs]}
+    return body
 
 
-def _network_interface(provider: GcpProvider) -> dict[str, Any]:
+# Determined's minimum CPU platform by machine family (provconfig ``GetCPUPlatform``):
+# Cascade Lake for these, Broadwell for the other families it accepts.
+_CASCADE_LAKE = ("a2-highgpu", "a2-megagpu", "a2-ultragpu", "g2-standard", "n2-standard")
+_BROADWELL = ("n1-", "c2-", "m2-", "custom-")
+
+
+def min_cpu_platform(machine_type: str) -> str | None:
+    """The platform Determined asks for; None for a family Determined does not accept
+    (a3, e2...), where Compute Engine's own default applies."""
+    if machine_type.startswith(_CASCADE_LAKE):
+        return "Intel Cascade Lake"
+    if machine_type.startswith(_BROADWELL):
+        return "Intel Broadwell"
+    return None
+
+
+def _boot_disk(provider: GcpProvider, zone: str) -> dict[str, Any]:
+    disk_type = provider.boot_disk_type.rsplit("/", 1)[-1]
+    return {
+        "boot": True,
+        "autoDelete": True,
+        "type": "PERSISTENT",
+        "initializeParams": {
+            "sourceImage": provider.boot_disk_source_image,
+            "diskSizeGb": str(provider.boot_disk_size),
+            "diskType": f"zones/{zone}/diskTypes/{disk_type}",
+        },
+    }
+
+
+def _network_interfaces(provider: GcpProvider, theirs: list[Any]) -> list[Any]:
+    """Determined adds its interface to base_config's when both network and subnetwork
+    are set; a VM needs one, so with none in base_config ours is added all the same."""
     network = provider.network_interface
+    if theirs and not (network.network and network.subnetwork):
+        return theirs
     interface: dict[str, Any] = {"network": network.network}
     if network.subnetwork:
         interface["subnetwork"] = network.subnetwork
     if network.external_ip:
         interface["accessConfigs"] = [{"name": "External NAT", "type": "ONE_TO_ONE_NAT"}]
-    return interface
+    return [*theirs, interface]
 
 
 def _scheduling(kind: GcpInstanceType, spot: bool) -> dict[str, Any]:
@@ -122,14 +156,3 @@ def _scheduling(kind: GcpInstanceType, spot: bool) -> dict[str, Any]:
     elif kind.preemptible:
         scheduling["preemptible"] = True
     return scheduling
-
-
-def merge(base: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
-    """``ours`` over ``base``: nested objects merge, anything else ours replaces."""
-    merged = copy.deepcopy(base)
-    for key, value in ours.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged

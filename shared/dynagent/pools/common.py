@@ -34,6 +34,9 @@ class ProvisionerFields(StrictModel):
 
     master_url: str = "http://127.0.0.1:8080"
     master_cert_name: str = ""
+    # Ours: the PEM certificate of a TLS master, for its agents. Determined passes its own
+    # (security.tls.cert); the functions cannot read that file on the master's host.
+    master_cert: str = ""
     startup_script: str = ""
     container_startup_script: str = ""
     agent_docker_network: str = "default"
@@ -52,7 +55,7 @@ class ProvisionerFields(StrictModel):
     # loads. Launch errors here are retried by the next snapshot, not by a timer.
     launch_error_timeout: Duration = timedelta(0)
     launch_error_retries: int = Field(default=0, ge=0)
-    agent_config_file_contents: dict[str, Any] | None = None
+    agent_config_file_contents: Any = None
     # Ours: free slots kept ready or starting on the pool's smallest shape, so short
     # tasks start without waiting for a boot.
     warm_headroom_slots: int = Field(default=0, ge=0)

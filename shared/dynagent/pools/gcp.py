@@ -85,6 +85,9 @@ class GcpProvider(ProvisionerFields):
     zone: str = Field(pattern=ZONE)
     boot_disk_size: int = Field(default=200, ge=10)
     boot_disk_source_image: str = Field(min_length=1)
+    boot_disk_type: str = "pd-standard"
+    labels: dict[str, str] = Field(default_factory=dict)
+    use_cloud_logging: bool = False
     label_key: str = "managed-by"
     label_value: str = "dynagent"
     name_prefix: str = "det-dynamic-agent-"
