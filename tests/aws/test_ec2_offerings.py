@@ -56,6 +56,7 @@ def test_each_task_gets_its_cheapest_machine_from_the_launch_template(
         assert tags["managed-by"] == "dynagent-test" and tags["dynagent:pool"] == "a100"
         assert tags["dynagent:launch-key"] == "a100:1"
         assert instance["MetadataOptions"]["HttpTokens"] == "required"
+        assert instance["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
     (template,) = ec2.describe_launch_templates(
         LaunchTemplateNames=[template_name(provider.config, "a100")]
     )["LaunchTemplates"]
@@ -63,6 +64,8 @@ def test_each_task_gets_its_cheapest_machine_from_the_launch_template(
     version = ec2.describe_launch_template_versions(LaunchTemplateId=template["LaunchTemplateId"])
     data = version["LaunchTemplateVersions"][0]["LaunchTemplateData"]
     assert "DET_RESOURCE_POOL=a100" in base64.b64decode(data["UserData"]).decode()
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
     observed = provider.observe()
     assert sorted(i.instance_type for i in observed.instances) == sorted(types(ec2).elements())
 

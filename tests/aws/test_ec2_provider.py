@@ -45,6 +45,8 @@ def test_launch_tags_instances_and_volumes_and_requires_imdsv2(ec2: Any) -> None
         assert tags["team"] == "vision"
         assert tags["dynagent:launch-key"] == "a100:7"
         assert instance["MetadataOptions"]["HttpTokens"] == "required"
+        # Task containers on a bridge network are one hop further from the metadata service.
+        assert instance["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
         assert instance["InstanceType"] == "p4d.24xlarge"
     volumes = ec2.describe_volumes(Filters=[{"Name": "tag:dynagent:pool", "Values": ["a100"]}])[
         "Volumes"
@@ -242,3 +244,14 @@ def test_clients_use_the_standard_retry_mode() -> None:
 
     for client in (ec2_client("us-west-2"), sqs_client("us-west-2")):
         assert client.meta.config.retries["mode"] == "standard"
+
+
+def test_a_boot_script_over_ec2s_user_data_limit_is_refused_saying_what_to_shorten(
+    ec2: Any,
+) -> None:
+    provider = provider_for(ec2, startup_script="echo x\n" * 3000)
+    result = provider.launch(launches(1, "a100:9"))
+    assert result.started == ()
+    assert result.error and "EC2 takes at most 16384" in result.error
+    assert "startup_script" in result.error
+    assert managed_instances(ec2) == []

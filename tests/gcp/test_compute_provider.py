@@ -95,6 +95,29 @@ def test_base_config_merges_under_ours_and_a_bad_field_is_reported(
     assert result.error and "dissks" in result.error
 
 
+def test_base_config_lists_merge_as_determined_merges_them(compute: LocalCompute) -> None:
+    # The docs' "attach a disk to each dynamic agent": base_config lists a data disk.
+    data_disk = {"autoDelete": True, "initializeParams": {"diskSizeGb": "500"}}
+    extra = {
+        "disks": [data_disk],
+        "tags": {"items": ["from-base"]},
+        "metadata": {"items": [{"key": "enable-oslogin", "value": "TRUE"}]},
+    }
+    provider = provider_for(
+        compute, base_config=extra, labels={"team": "vision"}, boot_disk_type="pd-ssd"
+    )
+    provider.launch(launches(1, "t4:1"))
+    vm = compute.instance("det-agent-t4-1-0")
+    boot, attached = vm["disks"]
+    assert boot["boot"] is True and attached["diskSizeGb"] == "500"
+    assert vm["tags"]["items"] == ["from-base", "det-agent"]
+    keys = [item["key"] for item in vm["metadata"]["items"]]
+    assert keys == ["startup-script", "enable-oslogin"]
+    assert vm["labels"]["team"] == "vision" and vm["labels"]["managed-by"] == "dynagent-test"
+    # provconfig GetCPUPlatform: Broadwell for n1 machines.
+    assert vm["minCpuPlatform"] == "Intel Broadwell"
+
+
 def test_observe_reads_every_page_states_and_marks(compute: LocalCompute) -> None:
     provider = provider_for(compute)
     names = provider.launch(launches(5, "t4:1")).started

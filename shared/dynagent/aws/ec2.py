@@ -47,15 +47,17 @@ LAUNCH_REFUSALS = frozenset(
 )  # fmt: skip
 _NOT_FOUND = frozenset({"InvalidInstanceID.NotFound", "InvalidSpotInstanceRequestID.NotFound"})
 # IMDSv2: a session token, then the instance id.
-_AGENT_ID_COMMAND = (
+AGENT_ID_COMMAND = (
     'curl -sf -H "X-aws-ec2-metadata-token: $(curl -sf -X PUT '
     "http://169.254.169.254/latest/api/token "
     '-H "X-aws-ec2-metadata-token-ttl-seconds: 300")" '
     "http://169.254.169.254/latest/meta-data/instance-id"
 )
-_MACHINE_TYPE_COMMAND = _AGENT_ID_COMMAND.replace("instance-id", "instance-type")
+MACHINE_TYPE_COMMAND = AGENT_ID_COMMAND.replace("instance-id", "instance-type")
 
 
+# EC2 refuses user data over 16 KB (before base64).
+USER_DATA_LIMIT = 16 * 1024
 # How long a launch that describe calls did not show yet still counts as the pool's: far
 # beyond EC2's usual lag of seconds, and within max_idle_agent_period, so an instance
 # that never shows is forgotten before anything would have reaped it.
@@ -214,6 +216,12 @@ class Ec2Provider:
             user_data = self._user_data(plan)
         except MasterUrlError as error:
             return LaunchResult(error=f"master_url: {error}")
+        if len(user_data.encode()) > USER_DATA_LIMIT:
+            return LaunchResult(
+                error=f"the boot script is {len(user_data.encode())} bytes and EC2 takes at most "
+                f"{USER_DATA_LIMIT} of user data: shorten startup_script, "
+                "container_startup_script or agent_config_file_contents"
+            )
         if self.config.offerings is not None:
             return self._launch_fleet(plan, user_data)
         try:
@@ -372,7 +380,7 @@ class Ec2Provider:
         resolved; MasterUrlError when an alias in master_url stays unresolved."""
         master = master_address(self.config.master_url).resolved(dict(plan.master_addresses))
         boot = agent_boot(self.config, self.pool.name, machine_gpus(self.config), master)
-        return render(boot, _AGENT_ID_COMMAND, _MACHINE_TYPE_COMMAND)
+        return render(boot, AGENT_ID_COMMAND, MACHINE_TYPE_COMMAND)
 
     def _wait_visible(self, started: tuple[str, ...], requests: bool) -> None:
         """Poll until describe calls show every launch, so the next pass counts them."""
