@@ -11,7 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dynagent.config import load_config
+from dynagent.boot.master import master_address
+from dynagent.config import Config, load_config
 from dynagent.snapshot import Snapshot
 
 from .client import Credentials, MasterClient
@@ -34,6 +35,13 @@ def add_parser(commands: Any) -> None:
     bridge.add_argument("--once", action="store_true", help="one pass, then exit")
     bridge.add_argument("--token-file", help="a file holding an access token (det token create)")
     bridge.add_argument("--cert", help="a CA bundle for the master's TLS certificate")
+    bridge.add_argument(
+        "--master-host",
+        choices=("ec2", "gce"),
+        help="the cloud the master's host runs in: its metadata gives the master's own "
+        "addresses, which master_url aliases (local-ipv4, internal-ip...) or an empty "
+        "master_url name; published in every snapshot",
+    )
     bridge.set_defaults(run=run)
 
 
@@ -55,6 +63,15 @@ def credentials(token_file: str | None, env: dict[str, str] | os._Environ[str]) 
     return Credentials(user=user, password=env.get("DET_PASS", ""))
 
 
+def _alias_pools(config: Config) -> list[str]:
+    """Managed pools whose master_url only the master's host can resolve."""
+    return sorted(
+        name
+        for name, pool in config.pools.items()
+        if master_address(pool.provider.master_url).needs_resolving
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from dynagent.publish import publisher_for
 
@@ -70,6 +87,23 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
     )
     bridge = Bridge(config, master, sink)
+    unresolved = _alias_pools(config) if not args.master_host else []
+    if unresolved:
+        print(
+            f"dynagent bridge: master_url of pool(s) {', '.join(unresolved)} names the master's "
+            "own address (an alias, or no host): start the bridge with --master-host ec2 or "
+            "gce on the master's host, or write the address agents reach the master at",
+            file=sys.stderr,
+        )
+        return 1
+    if args.master_host:
+        from .host_addresses import MetadataUnavailable, master_host_addresses
+
+        try:
+            bridge.master_addresses = master_host_addresses(args.master_host)
+        except MetadataUnavailable as error:
+            print(f"dynagent bridge: --master-host {args.master_host}: {error}", file=sys.stderr)
+            return 1
     try:
         if args.once:
             bridge.run_once()

@@ -63,6 +63,8 @@ class Bridge:
     # By pool: drained agents pending tasks want, whose draining report may still be
     # acted on: reported not draining, enabled in a later pass (ENABLE_AFTER_REPORT).
     withdrawn: dict[str, set[str]] = field(default_factory=dict)
+    # The master host's addresses by master_url alias (host_addresses), for every snapshot.
+    master_addresses: dict[str, str] | None = None
 
     def run_once(self) -> list[Snapshot]:
         """One pass; the snapshots it published (none when the master was not read)."""
@@ -196,5 +198,10 @@ class Bridge:
             if agent.draining:
                 reported_at[agent.id] = now
         return Snapshot(
-            pool=reading.name, seq=self.seq, time=now, pending=reading.pending, agents=agents
+            pool=reading.name,
+            seq=self.seq,
+            time=now,
+            pending=reading.pending,
+            agents=agents,
+            master_addresses=self.master_addresses,
         )
