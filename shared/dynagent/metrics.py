@@ -49,6 +49,7 @@ CATALOG: Final = (
     MetricSpec("ReconcileDuration", "Milliseconds", ("pool",), "one pass over a pool"),
     MetricSpec("CostPerHour", "None", ("pool",), "dollars per hour of the live instances"),
     MetricSpec("PendingAtMax", "Count", ("pool",), "1 when demand waits at max_instances"),
+    MetricSpec("LaunchesPaused", "Count", ("pool",), "1 while launch_error_retries pause launches"),
     MetricSpec(
         "Interruptions", "Count", ("pool", "kind"), "spot reclaims seen", INTERRUPTION_KINDS
     ),

@@ -9,7 +9,8 @@ What a pass emits:
   sweep does not know demand or agents). Several passes a minute each report them: read
   gauges with Maximum or Average, never Sum.
 - Counters only when not zero: ``Launches``, ``Terminations``, ``SpotRequestsCancelled``,
-  ``LaunchErrors``. An alarm on them treats missing data as not breaching.
+  ``LaunchErrors``, and ``LaunchesPaused`` (1 for a pass whose launches
+  launch_error_timeout/retries held). An alarm on them treats missing data as not breaching.
 - ``SnapshotAge`` for a snapshot the pass applied or skipped as too old (then it is what
   says the queue is behind); ``SnapshotsApplied`` 1 and ``ReconcileDuration`` for each
   pass that ran. A pass that failed emits nothing: the function's errors count it.
@@ -101,6 +102,8 @@ def pass_points(outcome: Outcome, pool: Pool | None, now: datetime) -> list[Poin
     if outcome.fleet is not None:
         points += _fleet(name, outcome.fleet, pool)
     points += _actions(name, plan, outcome.launch)
+    if outcome.launches_paused_until is not None:
+        points.append(point("LaunchesPaused", 1, name))
     return points
 
 

@@ -16,6 +16,7 @@ from dynagent.config import Config, Pool, Settings
 from dynagent.decide import decide
 from dynagent.durations import format_duration
 from dynagent.fleet import Fleet
+from dynagent.launch_errors import LaunchErrorMemory
 from dynagent.plan import Plan
 from dynagent.provider import LaunchResult, Provider
 from dynagent.snapshot import InvalidSnapshot, Snapshot
@@ -50,12 +51,16 @@ class Outcome:
     snapshot: Snapshot | None = field(default=None, repr=False)
     # Seconds the pass took: observe, decide and act.
     duration: float | None = None
+    # Until when launches are paused (launch_error_timeout/retries), when they were.
+    launches_paused_until: datetime | None = None
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready summary: every action with its reason."""
         summary: dict[str, Any] = {"pool": self.pool, "seq": self.seq}
         if self.skipped:
             summary["skipped"] = self.skipped
+        if self.launches_paused_until is not None:
+            summary["launches_paused_until"] = self.launches_paused_until.isoformat()
         if self.error:
             summary["error"] = self.error
         if self.plan is not None:
@@ -83,12 +88,19 @@ def reconcile(
     now: datetime,
     settings: Settings | None = None,
     timer: Timer = time.monotonic,
+    launch_errors: LaunchErrorMemory | None = None,
 ) -> Outcome:
-    """Observe the pool's fleet, decide, and carry the plan out."""
+    """Observe the pool's fleet, decide, and carry the plan out; with ``launch_errors``,
+    launches pause as ``launch_error_timeout``/``launch_error_retries`` say."""
     started = timer()
     fleet = provider.observe()
     plan = decide(pool, fleet, snapshot, now, settings)
+    paused_until = None
+    if launch_errors is not None:
+        plan, paused_until = launch_errors.hold(pool, plan, now)
     launch = apply(plan, provider)
+    if launch_errors is not None and launch is not None:
+        launch_errors.record(pool, launch.error, now)
     return Outcome(
         pool.name,
         plan,
@@ -97,6 +109,7 @@ def reconcile(
         fleet=fleet,
         snapshot=snapshot,
         duration=timer() - started,
+        launches_paused_until=paused_until,
     )
 
 
@@ -123,6 +136,7 @@ def apply_snapshot(
     providers: ProviderFactory,
     now: datetime,
     timer: Timer = time.monotonic,
+    launch_errors: LaunchErrorMemory | None = None,
 ) -> Outcome:
     """Reconcile the snapshot's pool, unless the snapshot is too old to trust.
 
@@ -149,11 +163,15 @@ def apply_snapshot(
             skipped=f"snapshot is {format_duration(age)} old "
             f"(max_snapshot_age {format_duration(limit)}); a newer one supersedes it",
         )
-    return reconcile(pool, providers(pool), snapshot, now, config.settings, timer)
+    return reconcile(pool, providers(pool), snapshot, now, config.settings, timer, launch_errors)
 
 
 def sweep(
-    config: Config, providers: ProviderFactory, now: datetime, timer: Timer = time.monotonic
+    config: Config,
+    providers: ProviderFactory,
+    now: datetime,
+    timer: Timer = time.monotonic,
+    launch_errors: LaunchErrorMemory | None = None,
 ) -> list[Outcome]:
     """Reconcile every pool with no snapshot: reap by what the cloud shows alone.
 
@@ -162,7 +180,10 @@ def sweep(
     outcomes = []
     for pool in config.pools.values():
         try:
-            outcomes.append(reconcile(pool, providers(pool), None, now, config.settings, timer))
+            outcome = reconcile(
+                pool, providers(pool), None, now, config.settings, timer, launch_errors
+            )
+            outcomes.append(outcome)
         except Exception as error:
             outcomes.append(Outcome(pool.name, error=f"{type(error).__name__}: {error}"))
     return outcomes

@@ -38,6 +38,8 @@ class Summary:
     # The last launch the cloud refused, and when (kept until a newer refusal).
     launch_error: str | None = None
     launch_error_at: datetime | None = None
+    # Until when launches were paused (launch_error_timeout/retries), if they were.
+    launches_paused_until: datetime | None = None
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Summary:
@@ -74,9 +76,15 @@ class SummaryRecorder:
         # What this warm function last recorded per pool; a cold start writes once.
         self._last: dict[str, Summary] = {}
 
-    def record(self, snapshot: Snapshot, launch_error: str | None, now: datetime) -> None:
+    def record(
+        self,
+        snapshot: Snapshot,
+        launch_error: str | None,
+        now: datetime,
+        paused_until: datetime | None = None,
+    ) -> None:
         previous = self._last.get(snapshot.pool)
-        summary = Summary.of(snapshot)
+        summary = replace(Summary.of(snapshot), launches_paused_until=paused_until)
         if launch_error:
             summary = replace(summary, launch_error=launch_error, launch_error_at=now)
         elif previous is not None:
@@ -172,6 +180,8 @@ def pool_status(
         last["time"] = _iso(summary.time)
         last["age_s"] = _seconds(now - summary.time)
         last["launch_error_at"] = _iso(summary.launch_error_at)
+        paused = summary.launches_paused_until
+        last["launches_paused_until"] = _iso(paused) if paused and paused > now else None
         last["stale"] = now - summary.time > 2 * REFRESH
     return {
         "pool": pool.name,
@@ -248,6 +258,11 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
             )
         else:
             lines.append("  last launch error: none recorded")
+        if last.get("launches_paused_until"):
+            lines.append(
+                f"  launches paused until {last['launches_paused_until']} "
+                "(launch_error_retries refused within launch_error_timeout)"
+            )
     plan = status["plan"]
     lines.append(f"  next pass, with {plan['basis']}:")
     lines += [f"    {action}" for action in plan["actions"] or ["nothing to do"]]

@@ -211,3 +211,42 @@ def test_the_xray_sdk_is_imported_only_when_tracing_is_on(disabled: str) -> None
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == ("False" if disabled == "true" else "True")
+
+
+def test_launches_pause_after_repeated_refusals_and_the_status_and_metrics_say_so(
+    aws: Any, ec2: Any, sqs: Any, queues: Any, stream: io.StringIO
+) -> None:
+    clock = [now()]
+    functions = AwsFunctions(
+        config(pool_document(image_id(ec2), launch_error_timeout="10m", launch_error_retries=1)),
+        ec2_for_region=lambda region: ec2,
+        sqs=sqs,
+        dead_letter_url=queues[1],
+        snapshot_queue_url=queues[0],
+        clock=lambda: clock[0],
+        sleep=lambda _: None,
+        metrics=EmfWriter(stream),
+    )
+
+    def reconcile(seq: int) -> dict[tuple[str, ...], float]:
+        stream.seek(0)
+        stream.truncate()
+        event = published_event(sqs, queues[0], snapshot(seq, pending=[("a", 8)], time=clock[0]))
+        functions.reconcile_batch(event, LambdaContext())
+        return points(documents(stream.getvalue()))
+
+    for seq in (1, 2):  # two refusals within launch_error_timeout: retries used up
+        aws.fail_next_launch("p4d.24xlarge", "VcpuLimitExceeded")
+        assert reconcile(seq)[("LaunchErrors", "a100", "quota")] == 1.0
+        clock[0] += timedelta(minutes=1)
+    launches = aws.calls("ec2").count("RunInstances")
+    paused = reconcile(3)
+    assert aws.calls("ec2").count("RunInstances") == launches  # not even tried
+    assert paused[("LaunchesPaused", "a100")] == 1.0
+    tags = sqs.list_queue_tags(QueueUrl=queues[0])["Tags"]
+    assert "paused-until=" in tags["dynagent:status:a100"]
+
+    clock[0] += timedelta(minutes=11)  # the timeout after the last refusal has passed
+    resumed = reconcile(4)
+    assert ("LaunchesPaused", "a100") not in resumed
+    assert len(managed_instances(ec2)) == 1

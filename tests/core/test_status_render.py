@@ -32,3 +32,20 @@ def test_a_terminal_gets_boxes_and_colour_with_the_same_words() -> None:
     assert "\x1b[33m" in "".join(styled)  # idle in yellow
     words = lambda lines: sorted(re.findall(r"[\w.:-]+", ANSI.sub("", " ".join(lines))))  # noqa: E731
     assert words(plain) == words(styled)
+
+
+def test_paused_launches_show_until_when() -> None:
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from dynagent.status import Summary
+
+    summary = Summary(
+        seq=4, time=ago(1), pending=1, pending_slots=8, agents=0, busy=0, idle=0, draining=0,
+        launch_error="VcpuLimitExceeded: no", launch_error_at=ago(2),
+        launches_paused_until=NOW + timedelta(minutes=8),
+    )  # fmt: skip
+    lines = render(pool_status(pool(), fleet(), summary, NOW))
+    assert any("launches paused until 2024-05-01T12:08:30Z" in line for line in lines)
+    over = replace(summary, launches_paused_until=ago(1))
+    assert not any("paused" in line for line in render(pool_status(pool(), fleet(), over, NOW)))

@@ -839,7 +839,10 @@ def test_a_second_deployment_replaces_the_monitoring_in_place(tmp_path: Path) ->
     changes = _changes(real_run(tmp_path, "--alert-email", "ops@example.com", exists=True))
     monitoring = [c for c in changes if c[0] in ("logging", "alpha", "beta", "monitoring")]
     assert not [c for c in monitoring if "create" in c[:4]], monitoring
-    assert len([c for c in monitoring if c[:3] == ["logging", "metrics", "update"]]) == 14
+    from dynagent.metrics import CATALOG
+
+    updated_metrics = [c for c in monitoring if c[:3] == ["logging", "metrics", "update"]]
+    assert len(updated_metrics) == len(CATALOG)
     updated = [c for c in monitoring if c[:4] == ["alpha", "monitoring", "policies", "update"]]
     assert [c[4] for c in updated] == [FAKE_FOUND] * len(POLICIES)
     assert [c[:4] for c in monitoring if c[0] == "monitoring"] == [

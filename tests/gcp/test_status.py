@@ -104,3 +104,21 @@ def test_status_shows_the_pool_midday(
     assert cli_view["counts"] == view["counts"] and cli_view["at_max"] is True
     assert cli_view["last_snapshot"]["seq"] == last["seq"]
     assert cli_view["last_snapshot"]["launch_error"] == "ZONE_RESOURCE_POOL_EXHAUSTED"
+
+
+def test_a_launch_pause_survives_the_topic_labels_round_trip() -> None:
+    from datetime import UTC, datetime
+
+    from dynagent.gcp.status import status_labels, summary_from_labels
+    from dynagent.status import Summary
+
+    at = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+    summary = Summary(
+        seq=41, time=at, pending=2, pending_slots=8, agents=3, busy=1, idle=1, draining=0,
+        launches_paused_until=at + timedelta(minutes=10),
+    )  # fmt: skip
+    labels = status_labels("t4", summary)
+    assert all(len(value) <= 63 for value in labels.values())
+    assert summary_from_labels("t4", labels) == summary
+    unpaused = Summary(**{**summary.__dict__, "launches_paused_until": None})
+    assert summary_from_labels("t4", status_labels("t4", unpaused)) == unpaused

@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 
 from dynagent.config import AwsProvider, Config, Pool, load_config
 from dynagent.interruptions import plan_interruption
+from dynagent.launch_errors import LaunchErrorMemory
 from dynagent.metrics import Point
 from dynagent.pass_metrics import dead_letter_point, pass_points, write_safely
 from dynagent.reconcile import (
@@ -71,6 +72,8 @@ class AwsFunctions:
     # Shared by every pass of a warm function: each AMI's root device, launch templates,
     # offerings out of capacity, spot prices.
     warm: WarmState = field(default_factory=WarmState)
+    # Each pool's refused launches, for launch_error_timeout/retries: kept warm only.
+    launch_errors: LaunchErrorMemory = field(default_factory=LaunchErrorMemory)
     # The dead-letter queue's MaximumMessageSize, read once by a warm function.
     _dead_letter_max: int | None = field(default=None, init=False, repr=False)
     # Records each pool's last applied snapshot on the snapshot queue, for `dynagent status`.
@@ -171,7 +174,9 @@ class AwsFunctions:
             return
         now = self.clock()
         try:
-            outcome = apply_snapshot(self.config, parsed, self.provider, now, self.timer)
+            outcome = apply_snapshot(
+                self.config, parsed, self.provider, now, self.timer, self.launch_errors
+            )
         except InvalidSnapshot as error:  # a pool this config does not manage, or skew
             pool = parsed.pool if parsed.pool in self.config.pools else "unknown"
             self._set_aside(record, str(error), pool)
@@ -180,7 +185,7 @@ class AwsFunctions:
         self._measure(outcome, now)
         if self._summaries is not None and outcome.plan is not None:
             refused = outcome.launch.error if outcome.launch is not None else None
-            self._summaries.record(parsed, refused, now)
+            self._summaries.record(parsed, refused, now, outcome.launches_paused_until)
 
     def _measure(self, outcome: Outcome, now: datetime) -> None:
         self._emit(lambda: pass_points(outcome, self.config.pools.get(outcome.pool), now), now)
@@ -233,7 +238,7 @@ class AwsFunctions:
 
     def sweep(self) -> list[Outcome]:
         now = self.clock()
-        outcomes = sweep(self.config, self.provider, now, self.timer)
+        outcomes = sweep(self.config, self.provider, now, self.timer, self.launch_errors)
         for outcome in outcomes:
             log_outcome(self.logger, outcome)
             self._measure(outcome, now)

@@ -6,7 +6,8 @@ and an older launch error alone). Per pool, two tags (SQS allows 50 per queue, s
 pools; values at most 256 characters):
 
 - ``dynagent:status:{pool}`` = ``seq=41 time=2026-11-23T08:20:30Z pending=2/8 agents=3
-  busy=1 idle=1 draining=0`` (pending tasks / their slots);
+  busy=1 idle=1 draining=0`` (pending tasks / their slots), then ``paused-until=...``
+  while launches are paused (launch_error_timeout/retries);
 - ``dynagent:launch-error:{pool}`` = ``2026-11-23T08:10:00Z InsufficientInstanceCapacity:
   ...``, written only when a launch was refused, cut to fit.
 """
@@ -31,6 +32,8 @@ def status_tags(pool: str, summary: Summary, new_error: bool) -> dict[str, str]:
         f"pending={summary.pending}/{summary.pending_slots} agents={summary.agents} "
         f"busy={summary.busy} idle={summary.idle} draining={summary.draining}"
     )
+    if summary.launches_paused_until is not None:
+        value += f" paused-until={format_time(summary.launches_paused_until)}"
     tags = {STATUS_TAG + pool: value}
     if new_error and summary.launch_error and summary.launch_error_at:
         error = f"{format_time(summary.launch_error_at)} {summary.launch_error}"
@@ -49,6 +52,7 @@ def summary_from_tags(pool: str, tags: dict[str, str]) -> Summary | None:
         when = parse_time(fields["time"])
         if when is None:
             return None
+        paused = parse_time(fields["paused-until"]) if "paused-until" in fields else None
         summary = Summary(
             seq=int(fields["seq"]),
             time=when,
@@ -58,6 +62,7 @@ def summary_from_tags(pool: str, tags: dict[str, str]) -> Summary | None:
             busy=int(fields["busy"]),
             idle=int(fields["idle"]),
             draining=int(fields["draining"]),
+            launches_paused_until=paused,
         )
     except (KeyError, ValueError):
         return None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dynagent.config import Config, GcpProvider, Pool, load_config
 from dynagent.fallback import CapacityMemory
+from dynagent.launch_errors import LaunchErrorMemory
 from dynagent.metrics import Point
 from dynagent.pass_metrics import dead_letter_point, pass_points, write_safely
 from dynagent.reconcile import Outcome, Timer, apply_snapshot, log_outcome, sweep
@@ -74,6 +75,8 @@ class GcpFunctions:
     logger: Any = None
     # Per pool, the offerings recently out of capacity: kept by a warm function only.
     capacity: dict[str, CapacityMemory] = field(default_factory=dict)
+    # Each pool's refused launches, for launch_error_timeout/retries: kept warm only.
+    launch_errors: LaunchErrorMemory = field(default_factory=LaunchErrorMemory)
     # Where the metrics go (structured entries on stdout), and what times a pass.
     metrics: MetricLog = field(default_factory=MetricLog)
     timer: Timer = time.monotonic
@@ -137,7 +140,9 @@ class GcpFunctions:
         now = self.clock()
         try:
             snapshot = parse_snapshot(message.data)
-            outcome = apply_snapshot(self.config, snapshot, self.provider, now, self.timer)
+            outcome = apply_snapshot(
+                self.config, snapshot, self.provider, now, self.timer, self.launch_errors
+            )
         except InvalidSnapshot as error:
             pool = snapshot.pool if snapshot is not None else "unknown"
             self._set_aside(message, str(error), pool if pool in self.config.pools else "unknown")
@@ -146,7 +151,7 @@ class GcpFunctions:
         self._measure(outcome, now)
         if self._summaries is not None and outcome.plan is not None and snapshot is not None:
             refused = outcome.launch.error if outcome.launch is not None else None
-            self._summaries.record(snapshot, refused, now)
+            self._summaries.record(snapshot, refused, now, outcome.launches_paused_until)
         return outcome
 
     def _measure(self, outcome: Outcome, now: datetime) -> None:
@@ -184,7 +189,7 @@ class GcpFunctions:
 
     def sweep(self) -> list[Outcome]:
         now = self.clock()
-        outcomes = sweep(self.config, self.provider, now, self.timer)
+        outcomes = sweep(self.config, self.provider, now, self.timer, self.launch_errors)
         for outcome in outcomes:
             log_outcome(self.logger, outcome)
             self._measure(outcome, now)

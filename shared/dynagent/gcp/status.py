@@ -5,7 +5,8 @@ The topic is already the deployment's, and the reconcile function, its only writ
 lowercase letters, digits, ``-`` and ``_``, at most 63 characters, so per pool:
 
 - ``dynagent-s-{pool}`` = ``{seq}-{time}-{pending}-{slots}-{agents}-{busy}-{idle}-{draining}``
-  with seq and time (epoch seconds) in base 36;
+  with seq and time (epoch seconds) in base 36, then ``-{until}`` while launches are
+  paused (launch_error_timeout/retries);
 - ``dynagent-e-{pool}`` = ``{time}-{code}``: when a launch was refused, and the error
   code Compute Engine gave (``zone_resource_pool_exhausted``), not its sentence.
 
@@ -59,7 +60,10 @@ def status_labels(pool: str, summary: Summary) -> dict[str, str]:
         summary.idle,
         summary.draining,
     )
-    value = "-".join([_b36(summary.seq), _b36(int(summary.time.timestamp())), *map(str, counts)])
+    fields = [_b36(summary.seq), _b36(int(summary.time.timestamp())), *map(str, counts)]
+    if summary.launches_paused_until is not None:
+        fields.append(_b36(int(summary.launches_paused_until.timestamp())))
+    value = "-".join(fields)
     labels = {label_key(STATUS_LABEL, pool): value[:_MAX]}
     if summary.launch_error and summary.launch_error_at:
         code = _CODE.search(summary.launch_error)
@@ -76,7 +80,8 @@ def summary_from_labels(pool: str, labels: dict[str, str]) -> Summary | None:
         return None
     try:
         seq, when, *counts = text.split("-")
-        pending, slots, agents, busy, idle, draining = map(int, counts)
+        paused = counts[6:7]
+        pending, slots, agents, busy, idle, draining = map(int, counts[:6])
         summary = Summary(
             seq=int(seq, 36),
             time=datetime.fromtimestamp(int(when, 36), UTC),
@@ -86,6 +91,9 @@ def summary_from_labels(pool: str, labels: dict[str, str]) -> Summary | None:
             busy=busy,
             idle=idle,
             draining=draining,
+            launches_paused_until=(
+                datetime.fromtimestamp(int(paused[0], 36), UTC) if paused else None
+            ),
         )
     except ValueError:
         return None
