@@ -174,7 +174,8 @@ def test_legacy_and_resource_pools_together() -> None:
         ("30s", timedelta(seconds=30)),
         ("1m30s", timedelta(seconds=90)),
         ("1h", timedelta(hours=1)),
-        (45, timedelta(seconds=45)),
+        ("1.5h", timedelta(minutes=90)),
+        ("300ms", timedelta(milliseconds=300)),
     ],
 )
 def test_durations_in_config(value: Any, expected: timedelta) -> None:
@@ -202,7 +203,7 @@ def test_slots_per_instance(fields: dict[str, Any], slots: int) -> None:
 
 def test_dynagent_settings() -> None:
     document = base_document()
-    document["dynagent"] = {"spot_request_grace": "5m", "max_snapshot_age": 120}
+    document["dynagent"] = {"spot_request_grace": "5m", "max_snapshot_age": "120s"}
 
     settings = config_from_document(document).settings
 
@@ -288,6 +289,21 @@ BAD_CONFIGS = [
         with_provider(max_idle_agent_period="20 minutes"),
         ["pool 'gpu'", "provider.max_idle_agent_period", "'20 minutes' is not a duration"],
         id="bad-duration",
+    ),
+    pytest.param(
+        with_provider(max_idle_agent_period=45),
+        ["pool 'gpu'", "provider.max_idle_agent_period", "45", "write it with a unit, like 10s"],
+        id="duration-bare-int",
+    ),
+    pytest.param(
+        with_provider(max_agent_starting_period=1.5),
+        ["pool 'gpu'", "provider.max_agent_starting_period", "write it with a unit, like 10s"],
+        id="duration-bare-float",
+    ),
+    pytest.param(
+        with_provider(max_idle_agent_period="10"),
+        ["pool 'gpu'", "provider.max_idle_agent_period", "'10'", "write it with a unit"],
+        id="duration-bare-string",
     ),
     pytest.param(
         with_provider(image_id="ubuntu-22.04"),

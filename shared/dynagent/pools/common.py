@@ -11,14 +11,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from dynagent.durations import parse_duration
+from dynagent.durations import HOW_TO_WRITE, parse_duration
 
 
 def _duration(value: Any) -> Any:
+    """Go duration text only, as Determined reads it: a bare number has no unit."""
     if isinstance(value, str):
         return parse_duration(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
+        raise ValueError(f"{value!r} has no unit: {HOW_TO_WRITE}")
     return value
 
 
