@@ -146,19 +146,19 @@ class ProvisionerFields(StrictModel):
             )
         return self
 
-    def ignored_fields(self) -> list[str]:
+    def ignored_fields(self) -> list[tuple[str, str]]:
         """The fields this config sets that dynagent accepts and ignores, each with why."""
         ignored = []
         if self.agent_fluent_image:
-            ignored.append("agent_fluent_image: Determined no longer uses it either")
+            ignored.append(("agent_fluent_image", "Determined no longer uses it either"))
         for name in ("launch_error_timeout", "launch_error_retries"):
             if name in self.model_fields_set:
-                ignored.append(f"{name}: a failed launch is retried by the next snapshot's pass")
+                ignored.append((name, "a failed launch is retried by the next snapshot's pass"))
         return ignored
 
     def common_warnings(self) -> list[str]:
-        """What loads here though Determined would refuse it, or is ignored."""
-        found = [f"ignored: {line}" for line in self.ignored_fields()]
+        """The fields ignored, and what loads here though Determined would refuse it."""
+        found = [f"{name} is ignored: {why}" for name, why in self.ignored_fields()]
         if self.max_instances == 0:
             found.append("max_instances is 0: the pool never launches (Determined requires > 0)")
         return found

@@ -23,8 +23,9 @@ from dynagent.prices import GCE_GPU_PRICES, GCE_ON_DEMAND
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 NAME_PREFIX = re.compile(r"^[a-z][-a-z0-9]*$")
-# Room the prefix leaves in a 63-character name for "{pool}-{seq}-{index}".
-MAX_NAME_PREFIX = 30
+# Room the prefix leaves in a 63-character name for a 16-character launch digest and an
+# index. ``det deploy gcp`` writes prefixes like det-dynamic-agent-CLUSTER-0-38-0-.
+MAX_NAME_PREFIX = 40
 
 
 class GcpNetworkInterface(StrictModel):
