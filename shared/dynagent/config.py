@@ -93,7 +93,7 @@ class Config(BaseModel):
 
     pools: Mapping[str, Pool]
     settings: Settings = Settings()
-    # Pools without a provider: static agents, left to the master.
+    # Pools without a provider (static agents) or with an hpc one, left to the master.
     static_pools: tuple[str, ...] = ()
 
     def for_cloud(self, kind: str) -> Config:
@@ -194,8 +194,8 @@ def _legacy_pool(provisioner: Any, source: str) -> dict[str, Any]:
 
 
 def _parse_pool(entry: Any, index: int, source: str, environ: Mapping[str, str]) -> Pool | str:
-    """A pool with a provider, or the name of a static pool (no provider: its agents are
-    the admin's own, so dynagent leaves it to the master)."""
+    """A pool with a provider, or the name of a pool dynagent leaves to the master: one
+    without a provider (static agents) or with Determined's ``type: hpc`` (Slurm/PBS)."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{source}: resource_pools[{index}] must be a mapping")
     name = entry.get("pool_name")
@@ -204,9 +204,9 @@ def _parse_pool(entry: Any, index: int, source: str, environ: Mapping[str, str])
     if unknown:
         raise ConfigError(f"{source}: {label}: unknown field(s): {', '.join(unknown)}")
     provider = entry.get("provider")
-    if provider is None and isinstance(name, str) and name:
-        return name
     kind = provider.get("type") if isinstance(provider, dict) else None
+    if (provider is None or kind == "hpc") and isinstance(name, str) and name:
+        return name
     if kind not in PROVIDER_TYPES:
         raise ConfigError(
             f"{source}: {label}: provider.type: {kind!r} is not one of {', '.join(PROVIDER_TYPES)}"

@@ -389,6 +389,7 @@ def test_validate_lists_ignored_fields_and_warnings_per_pool() -> None:
         launch_error_timeout="5m", launch_error_retries=2, agent_fluent_image="fluent/x"
     )
     document["resource_pools"].append({"pool_name": "racks", "description": "static agents"})
+    document["resource_pools"].append({"pool_name": "slurm", "provider": {"type": "hpc"}})
     lines = describe_config(load(yaml.safe_dump(document), AWS_ENV))
 
     text = "\n".join(lines)
@@ -396,7 +397,8 @@ def test_validate_lists_ignored_fields_and_warnings_per_pool() -> None:
     assert "warning: launch_error_retries is ignored" in text
     assert "warning: agent_fluent_image is ignored" in text
     assert "ssh_key_name is not set" in text, "the spot pool has no key"
-    assert "pool racks: no provider (static agents), left to the master" in lines
+    assert "pool racks: not autoscaled (no aws or gcp provider), left to the master" in lines
+    assert "pool slurm: not autoscaled (no aws or gcp provider), left to the master" in lines
 
 
 # --- Determined's validation rules, one by one -------------------------------------
