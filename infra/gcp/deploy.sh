@@ -146,9 +146,11 @@ python_for_facts() {
 }
 
 read_pools() {
-  local facts kind name project zone prefix key value account external tags
-  # dynagent's own loader checks the config as the functions will load it.
-  facts=$("$(python_for_facts)" "$HERE/pool_facts.py" "$CONFIG") ||
+  local facts kind name project zone prefix key value account external tags location
+  # dynagent's own loader checks the config as the functions will load it, with the
+  # same defaults for a pool's unset project and zone (see location_env).
+  IFS=, read -ra location <<<"$(location_env)"
+  facts=$(env "${location[@]}" "$(python_for_facts)" "$HERE/pool_facts.py" "$CONFIG") ||
     die "the pool config $CONFIG cannot be deployed (see above)"
   while IFS=$'\t' read -r kind name project zone prefix key value account external tags; do
     [[ $kind == pool ]] || continue
@@ -442,6 +444,15 @@ stage_source() {
   return 0
 }
 
+# A pool without project or zone takes them from the functions' environment, as
+# Determined's master takes them from its metadata: the deployment's project, and its
+# zone when exactly one --zone is given.
+location_env() {
+  local env="DYNAGENT_GCP_PROJECT=$PROJECT"
+  [[ -z $ZONES || $ZONES == *,* ]] || env+=",DYNAGENT_GCP_ZONE=$ZONES"
+  echo "$env"
+}
+
 # One writer per pool: at most one instance of each function, taking one event at a
 # time, so reconciles never overlap; Pub/Sub holds back and retries the rest.
 deploy_function() {
@@ -451,7 +462,7 @@ deploy_function() {
     --runtime="$RUNTIME" --source="$SOURCE" --entry-point="$entry_point" \
     --trigger-topic="$topic" --service-account="$FN_ACCOUNT" \
     --trigger-service-account="$FN_ACCOUNT" \
-    --set-env-vars="DYNAGENT_CONFIG=dynagent.yaml,DYNAGENT_DEAD_LETTER_TOPIC=projects/$PROJECT/topics/$DEAD_LETTERS,DYNAGENT_SNAPSHOT_TOPIC=projects/$PROJECT/topics/$SNAPSHOTS" \
+    --set-env-vars="DYNAGENT_CONFIG=dynagent.yaml,DYNAGENT_DEAD_LETTER_TOPIC=projects/$PROJECT/topics/$DEAD_LETTERS,DYNAGENT_SNAPSHOT_TOPIC=projects/$PROJECT/topics/$SNAPSHOTS,$(location_env)" \
     --max-instances=1 --concurrency=1 --ingress-settings=internal-only \
     --memory=512Mi --timeout=300s "$@" --quiet
   # Eventarc pushes with the trigger's service account, which must be an invoker.

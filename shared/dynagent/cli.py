@@ -97,6 +97,10 @@ def describe_config(config: Config) -> list[str]:
         if p.warm_headroom_slots:
             lines.append(f"  keeps {p.warm_headroom_slots} free slots warm on its smallest shape")
         lines += [f"  warning: {warning}" for warning in p.warnings()]
+    lines += [
+        f"pool {name}: not autoscaled (no aws or gcp provider), left to the master"
+        for name in config.static_pools
+    ]
     return lines
 
 

@@ -93,11 +93,13 @@ class Config(BaseModel):
 
     pools: Mapping[str, Pool]
     settings: Settings = Settings()
+    # Pools without a provider (static agents) or with an hpc one, left to the master.
+    static_pools: tuple[str, ...] = ()
 
     def for_cloud(self, kind: str) -> Config:
         """The pools one cloud's functions manage (a config may hold both clouds)."""
         pools = {name: pool for name, pool in self.pools.items() if pool.provider.type == kind}
-        return Config(pools=pools, settings=self.settings)
+        return Config(pools=pools, settings=self.settings, static_pools=self.static_pools)
 
     def pool(self, name: str) -> Pool:
         try:
@@ -110,16 +112,22 @@ class Config(BaseModel):
 _TOP_LEVEL_KEYS = frozenset({"resource_pools", "provisioner", "dynagent"})
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and check a config file; raise ConfigError naming what is wrong."""
+def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Config:
+    """Read and check a config file; raise ConfigError naming what is wrong.
+
+    ``environ`` (default: the process's) supplies the deployment's defaults: see
+    ``deployment_defaults``.
+    """
     try:
         text = Path(path).read_text()
     except OSError as error:
         raise ConfigError(f"cannot read config {os.fspath(path)!r}: {error.strerror}") from None
-    return parse_config(text, source=os.fspath(path))
+    return parse_config(text, source=os.fspath(path), environ=environ)
 
 
-def parse_config(text: str, source: str = "<config>") -> Config:
+def parse_config(
+    text: str, source: str = "<config>", environ: Mapping[str, str] | None = None
+) -> Config:
     """Check a YAML config given as text."""
     try:
         document = yaml.safe_load(text)
@@ -127,37 +135,53 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         raise ConfigError(f"{source}: not valid YAML: {error}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{source}: expected a mapping with resource_pools")
-    return config_from_document(document, source)
+    return config_from_document(document, source, environ)
 
 
-def config_from_document(document: Mapping[str, Any], source: str = "<config>") -> Config:
+def config_from_document(
+    document: Mapping[str, Any],
+    source: str = "<config>",
+    environ: Mapping[str, str] | None = None,
+) -> Config:
     unknown = sorted(set(document) - _TOP_LEVEL_KEYS - _MASTER_YAML_KEYS)
     if unknown:
         raise ConfigError(f"{source}: unknown top-level field(s): {', '.join(unknown)}")
-    entries = _pool_entries(document, source)
+    env = os.environ if environ is None else environ
     pools: dict[str, Pool] = {}
-    for index, entry in enumerate(entries):
-        pool = _parse_pool(entry, index, source)
-        if pool.name in pools:
-            raise ConfigError(f"{source}: pool {pool.name!r} is defined twice")
-        pools[pool.name] = pool
+    static: list[str] = []
+    for index, entry in enumerate(_pool_entries(document, source)):
+        pool = _parse_pool(entry, index, source, env)
+        name = pool.name if isinstance(pool, Pool) else pool
+        if name in pools or name in static:
+            raise ConfigError(f"{source}: pool {name!r} is defined twice")
+        if isinstance(pool, Pool):
+            pools[pool.name] = pool
+        else:
+            static.append(pool)
+    if not pools:
+        raise ConfigError(f"{source}: no pools with a provider: nothing to autoscale")
     settings = _parse_settings(document.get("dynagent") or {}, source)
-    return Config(pools=pools, settings=settings)
+    return Config(pools=pools, settings=settings, static_pools=tuple(static))
 
 
 def _pool_entries(document: Mapping[str, Any], source: str) -> list[Any]:
-    entries: list[Any] = []
+    """The pools, from ``resource_pools`` or the legacy ``provisioner:`` (never both, as
+    in Determined's master/cmd/determined-master/root.go ``shimOldRMConfig``)."""
     pools = document.get("resource_pools")
-    if pools is not None:
-        if not isinstance(pools, list):
-            raise ConfigError(f"{source}: resource_pools must be a list of pools")
-        entries.extend(pools)
     legacy = document.get("provisioner")
+    old_schema = "provisioner" in document or "scheduler" in document
+    if old_schema and ("resource_pools" in document or "resource_manager" in document):
+        raise ConfigError(
+            f"{source}: provisioner/scheduler (the old form) and resource_pools/"
+            "resource_manager cannot be used together"
+        )
     if legacy is not None:
-        entries.append(_legacy_pool(legacy, source))
-    if not entries:
+        return [_legacy_pool(legacy, source)]
+    if pools is None:
         raise ConfigError(f"{source}: no pools: add a resource_pools list")
-    return entries
+    if not isinstance(pools, list):
+        raise ConfigError(f"{source}: resource_pools must be a list of pools")
+    return pools
 
 
 def _legacy_pool(provisioner: Any, source: str) -> dict[str, Any]:
@@ -169,7 +193,9 @@ def _legacy_pool(provisioner: Any, source: str) -> dict[str, Any]:
     return {"pool_name": "default", "provider": fields}
 
 
-def _parse_pool(entry: Any, index: int, source: str) -> Pool:
+def _parse_pool(entry: Any, index: int, source: str, environ: Mapping[str, str]) -> Pool | str:
+    """A pool with a provider, or the name of a pool dynagent leaves to the master: one
+    without a provider (static agents) or with Determined's ``type: hpc`` (Slurm/PBS)."""
     if not isinstance(entry, dict):
         raise ConfigError(f"{source}: resource_pools[{index}] must be a mapping")
     name = entry.get("pool_name")
@@ -178,17 +204,49 @@ def _parse_pool(entry: Any, index: int, source: str) -> Pool:
     if unknown:
         raise ConfigError(f"{source}: {label}: unknown field(s): {', '.join(unknown)}")
     provider = entry.get("provider")
-    if provider is None:
-        raise ConfigError(f"{source}: {label}: provider: required (the autoscaled instances)")
     kind = provider.get("type") if isinstance(provider, dict) else None
+    if (provider is None or kind == "hpc") and isinstance(name, str) and name:
+        return name
     if kind not in PROVIDER_TYPES:
         raise ConfigError(
             f"{source}: {label}: provider.type: {kind!r} is not one of {', '.join(PROVIDER_TYPES)}"
         )
+    assert isinstance(provider, dict)
+    fields = deployment_defaults(provider, environ, f"{source}: {label}")
     try:
-        return Pool.model_validate({"name": name, "provider": entry["provider"]})
+        return Pool.model_validate({"name": name, "provider": fields})
     except ValidationError as error:
         raise ConfigError(f"{source}: {label}: {_describe(error)}") from None
+
+
+# Where a pool's unset location comes from: the functions' environment. Determined asks
+# its own host (EC2 instance metadata, then AWS_DEFAULT_REGION; the GCE metadata server);
+# the functions run elsewhere, so their deployment says.
+DEFAULT_SOURCES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("aws", "region"): ("AWS_REGION", "AWS_DEFAULT_REGION"),
+    ("gcp", "project"): ("DYNAGENT_GCP_PROJECT", "GOOGLE_CLOUD_PROJECT"),
+    ("gcp", "zone"): ("DYNAGENT_GCP_ZONE",),
+}
+
+
+def deployment_defaults(
+    provider: Mapping[str, Any], environ: Mapping[str, str], where: str
+) -> dict[str, Any]:
+    """The provider's fields with an unset (absent, null or empty) region, project or zone
+    filled from the environment; ConfigError naming the field and variables when none is
+    set."""
+    fields = dict(provider)
+    for (kind, name), variables in DEFAULT_SOURCES.items():
+        if fields.get("type") != kind or fields.get(name) not in (None, ""):
+            continue
+        value = next((environ[v] for v in variables if environ.get(v)), None)
+        if value is None:
+            raise ConfigError(
+                f"{where}: provider.{name}: required: set it, or {' or '.join(variables)} "
+                "in the functions' environment"
+            )
+        fields[name] = value
+    return fields
 
 
 def _parse_settings(section: Any, source: str) -> Settings:
@@ -211,14 +269,16 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-# Top-level keys of a whole Determined master.yaml, accepted so the file can be shared.
+# Top-level keys of a whole Determined master.yaml, accepted (with whatever they hold) so
+# the master's own file loads: the json tags of master/internal/config/config.go
+# ``Config`` and its embedded ``ResourceConfig``, and the old form's ``scheduler``.
 _MASTER_YAML_KEYS = frozenset(
     {
-        "port", "db", "checkpoint_storage", "task_container_defaults", "log", "logging",
-        "security", "scheduler", "resource_manager", "additional_resource_managers",
-        "cluster_name", "telemetry", "tensorboard_timeout", "notebook_timeout",
-        "webhooks", "observability", "cache", "integrations", "root", "config_file",
-        "enable_cors", "launch_error", "feature_switches", "internal", "ui",
-        "default_aux_resource_pool", "default_compute_resource_pool",
+        "config_file", "log", "db", "tensorboard_timeout", "notebook_timeout", "security",
+        "checkpoint_storage", "task_container_defaults", "port", "root", "telemetry",
+        "enable_cors", "launch_error", "cluster_name", "ui_customization", "logging",
+        "retention_policy", "observability", "cache", "webhooks", "feature_switches",
+        "reserved_ports", "__internal", "scim", "saml", "oidc", "det_cloud", "integrations",
+        "resource_manager", "additional_resource_managers", "scheduler",
     }
 )  # fmt: skip

@@ -1,23 +1,48 @@
-"""Durations as Determined writes them: ``30s``, ``5m``, ``1m30s``, ``1h``."""
+"""Durations as Determined writes them: Go's ``time.ParseDuration`` syntax.
+
+Determined reads every duration of its master.yaml with Go's parser
+(master/pkg/model/duration.go ``Duration.UnmarshalJSON`` calls ``time.ParseDuration``),
+so the same text means the same time here: ``30s``, ``1m30s``, ``1.5h``, ``300ms``,
+``-5m``, ``10us``. A number without a unit is refused, as Go refuses it (only ``0``
+may go without one).
+"""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+# Go's units, including both spellings of the micro sign (U+00B5 and U+03BC).
+_UNIT_SECONDS = {
+    "ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6,
+    "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+}  # fmt: skip
+# One part: a decimal number (digits on at least one side of the point), then a unit.
+_PART = re.compile(r"(\d+\.?\d*|\.\d+)([^\d.]*)")
+HOW_TO_WRITE = "write it with a unit, like 10s, 10m or 1m30s"
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse a Go-style duration; raise ValueError naming the text when it is not one."""
+    """Parse a Go duration; raise ValueError naming the text when it is not one.
+
+    Mirrors Go's ``time.ParseDuration``: an optional sign, then one or more number+unit
+    parts; a bare ``0`` is zero. Surrounding blanks are forgiven (YAML strips them anyway).
+    """
     cleaned = text.strip()
-    if cleaned == "0":
+    sign, body = (-1.0, cleaned[1:]) if cleaned[:1] == "-" else (1.0, cleaned.removeprefix("+"))
+    if body == "0":
         return timedelta(0)
-    parts = _PART.findall(cleaned)
-    if not parts or "".join(number + unit for number, unit in parts) != cleaned:
-        raise ValueError(f"{text!r} is not a duration (write it like 30s, 5m, 1m30s or 1h)")
-    return timedelta(seconds=sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts))
+    if not body:
+        raise ValueError(f"{text!r} is not a duration: {HOW_TO_WRITE}")
+    total = 0.0
+    position = 0
+    while position < len(body):
+        match = _PART.match(body, position)
+        if match is None or match.group(2) not in _UNIT_SECONDS:
+            raise ValueError(f"{text!r} is not a duration: {HOW_TO_WRITE}")
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    return timedelta(seconds=sign * total)
 
 
 def format_duration(value: timedelta) -> str:
@@ -25,7 +50,8 @@ def format_duration(value: timedelta) -> str:
     seconds = int(value.total_seconds())
     if seconds == 0:
         return "0s"
-    hours, rest = divmod(seconds, 3600)
+    sign = "-" if seconds < 0 else ""
+    hours, rest = divmod(abs(seconds), 3600)
     minutes, seconds = divmod(rest, 60)
     text = ""
     if hours:
@@ -34,4 +60,4 @@ def format_duration(value: timedelta) -> str:
         text += f"{minutes}m"
     if seconds:
         text += f"{seconds}s"
-    return text
+    return sign + text

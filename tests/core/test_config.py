@@ -161,11 +161,23 @@ provisioner:
     assert provider.slots_per_instance == 4
 
 
-def test_legacy_and_resource_pools_together() -> None:
+def test_legacy_and_resource_pools_together_are_refused() -> None:
+    # Determined refuses the old and the new form together (root.go shimOldRMConfig).
     document = base_document()
     document["provisioner"] = {"provider": "aws", "region": "us-east-1", "image_id": IMAGE_ID}
 
-    assert set(config_from_document(document).pools) == {"gpu", "default"}
+    with pytest.raises(ConfigError, match="cannot be used together"):
+        config_from_document(document)
+
+
+def test_a_pool_without_provider_is_static_and_left_to_the_master() -> None:
+    document = base_document()
+    document["resource_pools"].append({"pool_name": "on-prem", "description": "our racks"})
+
+    config = config_from_document(document)
+
+    assert list(config.pools) == ["gpu"]
+    assert config.static_pools == ("on-prem",)
 
 
 @pytest.mark.parametrize(
@@ -174,7 +186,8 @@ def test_legacy_and_resource_pools_together() -> None:
         ("30s", timedelta(seconds=30)),
         ("1m30s", timedelta(seconds=90)),
         ("1h", timedelta(hours=1)),
-        (45, timedelta(seconds=45)),
+        ("1.5h", timedelta(minutes=90)),
+        ("300ms", timedelta(milliseconds=300)),
     ],
 )
 def test_durations_in_config(value: Any, expected: timedelta) -> None:
@@ -202,7 +215,7 @@ def test_slots_per_instance(fields: dict[str, Any], slots: int) -> None:
 
 def test_dynagent_settings() -> None:
     document = base_document()
-    document["dynagent"] = {"spot_request_grace": "5m", "max_snapshot_age": 120}
+    document["dynagent"] = {"spot_request_grace": "5m", "max_snapshot_age": "120s"}
 
     settings = config_from_document(document).settings
 
@@ -290,6 +303,21 @@ BAD_CONFIGS = [
         id="bad-duration",
     ),
     pytest.param(
+        with_provider(max_idle_agent_period=45),
+        ["pool 'gpu'", "provider.max_idle_agent_period", "45", "write it with a unit, like 10s"],
+        id="duration-bare-int",
+    ),
+    pytest.param(
+        with_provider(max_agent_starting_period=1.5),
+        ["pool 'gpu'", "provider.max_agent_starting_period", "write it with a unit, like 10s"],
+        id="duration-bare-float",
+    ),
+    pytest.param(
+        with_provider(max_idle_agent_period="10"),
+        ["pool 'gpu'", "provider.max_idle_agent_period", "'10'", "write it with a unit"],
+        id="duration-bare-string",
+    ),
+    pytest.param(
         with_provider(image_id="ubuntu-22.04"),
         ["pool 'gpu'", "provider.image_id"],
         id="bad-image-id",
@@ -306,13 +334,13 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         _mutate(lambda d: _provider(d).pop("region")),
-        ["pool 'gpu'", "provider.region", "required"],
+        ["pool 'gpu'", "provider.region", "required", "AWS_REGION or AWS_DEFAULT_REGION"],
         id="missing-region",
     ),
     pytest.param(
         _mutate(lambda d: d["resource_pools"][0].pop("provider")),
-        ["pool 'gpu'", "provider: required"],
-        id="missing-provider",
+        ["no pools with a provider"],
+        id="only-static-pools",
     ),
     pytest.param(
         _mutate(lambda d: d["resource_pools"][0].update(pool_name="bad name!")),
@@ -358,7 +386,7 @@ BAD_CONFIGS = [
 @pytest.mark.parametrize(("document", "fragments"), BAD_CONFIGS)
 def test_bad_config_names_pool_and_field(document: dict[str, Any], fragments: list[str]) -> None:
     with pytest.raises(ConfigError) as raised:
-        parse_config(yaml.safe_dump(document), source="master.yaml")
+        parse_config(yaml.safe_dump(document), source="master.yaml", environ={})
 
     message = str(raised.value)
     assert message.startswith("master.yaml: ")

@@ -98,8 +98,10 @@ def test_gcp_offerings_across_zones() -> None:
 
 def test_mixed_gpu_models_load_with_a_warning_when_asked_for() -> None:
     offerings = {"instance_types": ["p3.2xlarge", "g5.xlarge"]}
-    provider = load(aws(offerings=offerings, mixed_gpu_models=True))["v100"].provider
-    assert provider.warnings() == ["offerings mix GPU models (A10G, V100) on purpose"]
+    provider = load(aws(offerings=offerings, mixed_gpu_models=True, ssh_key_name="ops"))
+    assert provider["v100"].provider.warnings() == [
+        "offerings mix GPU models (A10G, V100) on purpose"
+    ]
 
 
 A100 = {"machine_type": "a2-highgpu-1g", "gpu_type": "nvidia-tesla-a100", "gpu_num": 1}

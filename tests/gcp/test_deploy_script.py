@@ -310,6 +310,7 @@ def test_each_function_runs_alone_with_its_entry_point_topic_and_env(
         "DYNAGENT_CONFIG": "dynagent.yaml",
         "DYNAGENT_DEAD_LETTER_TOPIC": DEAD_LETTERS,
         "DYNAGENT_SNAPSHOT_TOPIC": f"projects/{PROJECT}/topics/dynagent-snapshots",
+        "DYNAGENT_GCP_PROJECT": PROJECT,
     }
     assert Path(options["source"]) == printed.source
     invoker = [
@@ -894,3 +895,29 @@ def test_requirements_are_the_gcp_extra_and_the_core_dependencies() -> None:
     wanted = set(project["dependencies"]) | set(project["optional-dependencies"]["gcp"])
     lines = (INFRA / "requirements.txt").read_text().splitlines()
     assert {line for line in lines if line and not line.startswith("#")} == wanted
+
+
+def test_a_pool_without_project_or_zone_takes_the_deployments(tmp_path: Path) -> None:
+    # As Determined's master takes them from its metadata (det deploy gcp writes neither).
+    pool = gcp_pool("t4")
+    del pool["provider"]["project"], pool["provider"]["zone"]
+    config = write_config(tmp_path / "bare.yaml", pool)
+
+    result = dry_run(tmp_path, "--zone", "us-central1-a", config=config)
+
+    assert result.returncode == 0, result.stderr
+    [command, *_] = result.find("functions", "deploy")
+    assert env_vars(command)["DYNAGENT_GCP_PROJECT"] == PROJECT
+    assert env_vars(command)["DYNAGENT_GCP_ZONE"] == "us-central1-a"
+    assert f"projects/{PROJECT}/zones/us-central1-a/instances/" in result.stdout
+
+
+def test_a_pool_without_zone_needs_one_zone_given(tmp_path: Path) -> None:
+    pool = gcp_pool("t4")
+    del pool["provider"]["zone"]
+    config = write_config(tmp_path / "bare.yaml", pool)
+
+    result = dry_run(tmp_path, config=config)
+
+    assert result.returncode != 0
+    assert "provider.zone" in result.stderr and "DYNAGENT_GCP_ZONE" in result.stderr

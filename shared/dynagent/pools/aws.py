@@ -1,18 +1,37 @@
-"""An EC2 pool: Determined's AWS provider fields."""
+"""An EC2 pool: Determined's AWS provider fields (provconfig/aws_config.go)."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dynagent.gpus import aws_gpu_model, aws_gpus
+from dynagent.gpus import DETERMINED_EC2_SLOTS, aws_gpu_model, aws_gpus
 from dynagent.offerings import Catalog, Offering, Purchase
 from dynagent.pools.common import ProvisionerFields, StrictModel, check_prices
 from dynagent.prices import AWS_ON_DEMAND
 
-_PRICE = re.compile(r"^\d+(\.\d+)?$")
+# Determined's rule (aws_config.go ``validateMaxSpotPrice``): digits and at most one point.
+_PRICE = re.compile(r"^(\d+\.?\d*|\.\d+)$")
+
+# Determined's agent AMI per region, used when a pool gives no image_id
+# (aws_config.go ``defaultAWSImageID``).
+DEFAULT_IMAGE_IDS: dict[str, str] = {
+    "ap-northeast-1": "ami-0e199a4564d2bb8c5",
+    "ap-northeast-2": "ami-09043281c2988de23",
+    "ap-southeast-1": "ami-026791eca219c5cc0",
+    "ap-southeast-2": "ami-09fcadc6e05761b30",
+    "us-east-2": "ami-0dca1adfc8c152c7a",
+    "us-east-1": "ami-07329961c2a161c61",
+    "us-west-2": "ami-015aabd7d10854b76",
+    "eu-central-1": "ami-0a6a509944baa9c38",
+    "eu-west-2": "ami-02248e5d563fb4017",
+    "eu-west-1": "ami-0870dc8c1081c2ed0",
+}
+# Fields Determined fills in when they are empty (aws_config.go ``InitDefaultValues``):
+# an empty string is unset for these.
+_EMPTY_IS_UNSET = ("region", "image_id", "spot_max_price", "tag_value")
 
 
 class NetworkInterface(StrictModel):
@@ -51,12 +70,14 @@ class AwsProvider(ProvisionerFields):
     """An EC2 pool, with Determined's AWS provider fields."""
 
     type: Literal["aws"]
+    # Default: the functions' AWS_REGION / AWS_DEFAULT_REGION (filled in when loading).
     region: str = Field(min_length=1)
+    # Default: Determined's agent AMI for the region (DEFAULT_IMAGE_IDS).
     image_id: str = Field(pattern=r"^ami-[0-9a-f]+$")
-    instance_type: str = "p3.8xlarge"
+    instance_type: str = "g4dn.metal"
     instance_slots: int | None = Field(default=None, ge=0)
     cpu_slots_allowed: bool = False
-    root_volume_size: int = Field(default=200, ge=1)
+    root_volume_size: int = Field(default=200, ge=100)
     tag_key: str = Field(default="managed-by", min_length=1, max_length=128)
     tag_value: str = Field(default="dynagent", min_length=1, max_length=256)
     instance_name: str = "determined-ai-agent"
@@ -70,6 +91,28 @@ class AwsProvider(ProvisionerFields):
     log_group: str | None = None
     log_stream: str | None = None
     offerings: AwsOfferings | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _determined_defaults(cls, data: Any) -> Any:
+        """Empty means unset for the fields Determined fills in; a missing image_id is
+        Determined's AMI for the region (aws_config.go ``InitDefaultValues``)."""
+        if not isinstance(data, dict):
+            return data
+        fields = {
+            k: v
+            for k, v in data.items()
+            if v is not None and not (k in _EMPTY_IS_UNSET and v == "")
+        }
+        region = fields.get("region")
+        if "image_id" not in fields and isinstance(region, str) and region:
+            if region not in DEFAULT_IMAGE_IDS:
+                raise ValueError(
+                    f"image_id: required: Determined has no default agent AMI in region "
+                    f"{region} (it has one in {', '.join(sorted(DEFAULT_IMAGE_IDS))})"
+                )
+            fields["image_id"] = DEFAULT_IMAGE_IDS[region]
+        return fields
 
     @field_validator("spot_max_price")
     @classmethod
@@ -85,7 +128,7 @@ class AwsProvider(ProvisionerFields):
         elif self.instance_slots is None and aws_gpus(self.instance_type) is None:
             raise ValueError(
                 f"instance_slots is required: instance type {self.instance_type!r} "
-                "is not in the built-in GPU table"
+                "is not in the built-in slot table"
             )
         return self
 
@@ -108,12 +151,35 @@ class AwsProvider(ProvisionerFields):
             )
 
     def warnings(self) -> list[str]:
-        """What loads but deserves a second look."""
-        if self.offerings is None:
+        """What loads but deserves a second look: fields ignored, and what Determined
+        itself would refuse (aws_config.go ``AWSClusterConfig.Validate``)."""
+        found = self.common_warnings()
+        if not self.ssh_key_name:
+            found.append(
+                "ssh_key_name is not set: agents take no SSH key (Determined requires one)"
+            )
+        found += self._slot_warnings()
+        if self.offerings is not None:
+            models = _gpu_models(self.offerings.instance_types)
+            if len(models) > 1:
+                found.append(f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose")
+        return found
+
+    def _slot_warnings(self) -> list[str]:
+        """Where dynagent's slot count differs from what Determined would do."""
+        if self.offerings is not None:
             return []
-        models = _gpu_models(self.offerings.instance_types)
-        if len(models) > 1:
-            return [f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose"]
+        table = DETERMINED_EC2_SLOTS.get(self.instance_type)
+        if table is not None and self.instance_slots not in (None, table):
+            return [
+                f"instance_slots {self.instance_slots} overrides the table's {table} for "
+                f"{self.instance_type} (Determined keeps its table's count)"
+            ]
+        if table is None and self.instance_slots is None:
+            return [
+                f"instance_type {self.instance_type} is not in Determined's slot table "
+                f"(Determined needs instance_slots; dynagent counts {self.slots_per_instance})"
+            ]
         return []
 
     @property

@@ -1,4 +1,5 @@
-"""A Compute Engine pool: Determined's GCP provider fields, plus ``spot``."""
+"""A Compute Engine pool: Determined's GCP provider fields (provconfig/gcp_config.go),
+plus ``spot``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from dynagent.gpus import gce_gpu_problem
+from dynagent.gpus import (
+    DETERMINED_GCE_GPU_COUNTS,
+    determined_accepts_machine_type,
+    gce_gpu_problem,
+    gce_machine_type_problem,
+)
 from dynagent.offerings import Catalog, Offering, Purchase
 from dynagent.pools.common import Duration, ProvisionerFields, StrictModel, check_prices
 from dynagent.prices import GCE_GPU_PRICES, GCE_ON_DEMAND
@@ -17,8 +23,9 @@ from dynagent.prices import GCE_GPU_PRICES, GCE_ON_DEMAND
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 NAME_PREFIX = re.compile(r"^[a-z][-a-z0-9]*$")
-# Room the prefix leaves in a 63-character name for "{pool}-{seq}-{index}".
-MAX_NAME_PREFIX = 30
+# Room the prefix leaves in a 63-character name for a 16-character launch digest and an
+# index. ``det deploy gcp`` writes prefixes like det-dynamic-agent-CLUSTER-0-38-0-.
+MAX_NAME_PREFIX = 40
 
 
 class GcpNetworkInterface(StrictModel):
@@ -33,6 +40,9 @@ class GcpServiceAccount(StrictModel):
 
 
 class GcpInstanceType(StrictModel):
+    """A machine and its GPUs; checked as gcp_config.go ``gceInstanceType.Validate`` does,
+    with dynagent's larger tables (what only those know loads with a warning)."""
+
     machine_type: str = "n1-standard-32"
     gpu_type: str = "nvidia-tesla-t4"
     gpu_num: int = Field(default=4, ge=0)
@@ -40,10 +50,27 @@ class GcpInstanceType(StrictModel):
 
     @model_validator(mode="after")
     def _offered(self) -> GcpInstanceType:
-        problem = gce_gpu_problem(self.gpu_type, self.gpu_num) if self.gpu_num else None
+        problem = gce_machine_type_problem(self.machine_type) or gce_gpu_problem(
+            self.gpu_type, self.gpu_num
+        )
         if problem:
             raise ValueError(problem)
         return self
+
+    def warnings(self) -> list[str]:
+        """What Determined's own tables would refuse."""
+        found = []
+        if not determined_accepts_machine_type(self.machine_type):
+            found.append(
+                f"machine_type {self.machine_type} is not one of Determined's machine "
+                "families (Determined would refuse it)"
+            )
+        if self.gpu_type not in DETERMINED_GCE_GPU_COUNTS:
+            found.append(
+                f"gpu_type {self.gpu_type} is not in Determined's GPU table "
+                "(Determined would refuse it)"
+            )
+        return found
 
 
 ZONE = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
@@ -77,16 +104,27 @@ class GcpOfferings(StrictModel):
         return self
 
 
+# Fields Determined fills in when they are empty (gcp_config.go ``InitDefaultValues``).
+_EMPTY_IS_UNSET = ("project", "zone", "boot_disk_type", "label_value", "name_prefix")
+
+
 class GcpProvider(ProvisionerFields):
     """A pool of Compute Engine VMs in one zone."""
 
     type: Literal["gcp"]
+    # Default for both: the deployment's DYNAGENT_GCP_PROJECT (or GOOGLE_CLOUD_PROJECT) and
+    # DYNAGENT_GCP_ZONE, filled in when loading; Determined asks the metadata server.
     project: str = Field(min_length=1)
     zone: str = Field(pattern=ZONE)
-    boot_disk_size: int = Field(default=200, ge=10)
-    boot_disk_source_image: str = Field(min_length=1)
+    boot_disk_size: int = Field(default=200, ge=100)
+    boot_disk_source_image: str = Field(
+        default="projects/determined-ai/global/images/det-environments-0736b6d", min_length=1
+    )
+    # A disk type name, or its URL (Determined keeps the last path part).
     boot_disk_type: str = "pd-standard"
+    # Labels on every instance, under the pool's own label_key.
     labels: dict[str, str] = Field(default_factory=dict)
+    # Send the agent's container logs to Cloud Logging (docker's gcplogs driver).
     use_cloud_logging: bool = False
     label_key: str = "managed-by"
     label_value: str = "dynagent"
@@ -104,8 +142,30 @@ class GcpProvider(ProvisionerFields):
     spot: bool = False
     offerings: GcpOfferings | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_unset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {k: v for k, v in data.items() if not (k in _EMPTY_IS_UNSET and v == "")}
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+                raise ValueError(
+                    f"{key}={value!r} is not a Compute Engine label (keys: a lowercase letter, "
+                    "then lowercase letters, digits, - or _; values may be empty)"
+                )
+        return labels
+
     @model_validator(mode="after")
     def _gcp_checks(self) -> GcpProvider:
+        if self.label_key in self.labels:
+            raise ValueError(
+                f"labels: {self.label_key!r} is the pool's label_key; the pool sets it itself"
+            )
         spec = self.offerings
         if spec is None:
             return self
@@ -125,11 +185,15 @@ class GcpProvider(ProvisionerFields):
         return self
 
     def warnings(self) -> list[str]:
-        """What loads but deserves a second look."""
+        """What loads but deserves a second look: fields ignored, and what Determined
+        itself would refuse (gcp_config.go ``gceInstanceType.Validate``)."""
+        found = self.common_warnings()
+        for machine in self.machines():
+            found += [w for w in machine.warnings() if w not in found]
         models = {m.gpu_type for m in self.machines() if m.gpu_num}
         if len(models) > 1:
-            return [f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose"]
-        return []
+            found.append(f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose")
+        return found
 
     def machines(self) -> tuple[GcpInstanceType, ...]:
         """Every machine the pool may launch: its offerings', or its one instance_type."""
