@@ -1,0 +1,113 @@
+"""The agent image's entrypoint contract, an engine restart, and a clean host afterwards."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dynagent.testing.agent_machine import AgentMachine
+from dynagent.testing.determined import LocalDetermined
+from dynagent.testing.docker_engine import CGROUP_ROOT
+
+from .scripts import AWS_INSTANCE_ID, agent_boot
+
+STARTUP = "/usr/local/determined/container_startup_script"
+WRITE_STARTUP = (
+    "mkdir -p /usr/local/determined\n"
+    f"printf '#!/bin/sh\\necho container startup ran\\n' > {STARTUP}\n"
+    f"chmod 0644 {STARTUP}\n"
+)
+
+
+def startup_boot(master: LocalDetermined, mount: str) -> str:
+    flags = ("-d", "--gpus", "all", "-v", f"{STARTUP}:{STARTUP}{mount}")
+    return agent_boot(master.port, flags=flags, prelude=WRITE_STARTUP).replace(
+        "set -x\n", "set -x\nAGENT_ID=i-startup\n"
+    )
+
+
+def test_a_read_only_startup_script_of_mode_0644_stops_the_agent(
+    aws_machine: AgentMachine, master: LocalDetermined
+) -> None:
+    """chmod +x cannot change a read-only mount: the entrypoint exits 1, no agent."""
+    aws_machine.boot(startup_boot(master, ":ro"))
+    aws_machine.wait_for(
+        lambda: (info := aws_machine.agent_container()) and not info["State"]["Running"],
+        what="the agent container to exit",
+    )
+    info = aws_machine.agent_container()
+    assert info is not None and info["State"]["ExitCode"] == 1
+    assert f"cannot make {STARTUP} executable" in aws_machine.agent_logs()
+    assert master.registrations() == []
+
+
+def test_a_writable_startup_script_runs_before_the_agent(
+    aws_machine: AgentMachine, master: LocalDetermined
+) -> None:
+    aws_machine.boot(startup_boot(master, ""))
+    aws_machine.wait_for(master.registrations, what="the agent to register")
+    logs = aws_machine.agent_logs()
+    assert logs.index("container startup ran") < logs.index("registered with the master")
+    assert f"{STARTUP} succeeded" in logs
+
+
+def test_an_engine_restart_brings_the_agent_back(
+    aws_machine: AgentMachine, master: LocalDetermined
+) -> None:
+    aws_machine.boot(agent_boot(master.port))
+    aws_machine.wait_for(master.registrations, what="the agent to register")
+    first = aws_machine.agent_container()
+    assert first is not None
+
+    aws_machine.restart_engine()
+    aws_machine.wait_for(
+        lambda: len(master.registrations()) == 2, what="the agent to register again"
+    )
+    again = aws_machine.agent_container()
+    assert again is not None and again["State"]["Running"]
+    assert again["Id"] == first["Id"]
+    assert again["State"]["Pid"] != first["State"]["Pid"]
+    assert again["RestartCount"] == 0  # restarted by the engine's start, not by a crash
+    assert {r.agent_id for r in master.registrations()} == {"i-0123456789abcdef0"}
+
+
+def host_view() -> tuple[list[str], list[str]]:
+    """The host's mounts and network interfaces."""
+    mounts = Path("/proc/self/mounts").read_text().splitlines()
+    return mounts, sorted(os.listdir("/sys/class/net"))
+
+
+def test_nothing_is_left_on_the_host(machines_available: None, master: LocalDetermined) -> None:
+    before = host_view()
+    with AgentMachine("aws", "i-leftovers", gpus=1, master=master) as machine:
+        prelude = AWS_INSTANCE_ID + "docker network create agents\n"
+        machine.boot(agent_boot(master.port, network="agents", prelude=prelude))
+        machine.wait_for(master.registrations, what="the agent to register")
+        holder = machine.namespace.pid
+        mount_ns = machine.namespace.mount_ns
+        state = machine.engine.log_path.parent
+        cgroup = machine.engine.cgroup_parent
+        assert machine.wait_for(machine.routed_containers)
+        assert "agents" in machine.network_names()
+        assert host_view() == before  # the machine's mounts and bridge are its own
+    assert host_view() == before
+    assert not state.exists()
+    assert not Path(f"/proc/{holder}").exists()
+    assert not any((h / cgroup).exists() for h in CGROUP_ROOT.iterdir())
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            assert os.stat(f"/proc/{pid}/ns/mnt").st_ino != mount_ns
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, PermissionError):
+            continue
+        assert str(state).encode() not in command
+
+
+def test_a_machine_cannot_start_twice_boot(
+    aws_machine: AgentMachine,
+) -> None:
+    aws_machine.boot("#!/bin/bash\ntrue\n")
+    with pytest.raises(RuntimeError, match="booted already"):
+        aws_machine.boot("#!/bin/bash\ntrue\n")
