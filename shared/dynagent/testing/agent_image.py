@@ -190,6 +190,15 @@ def build_rootfs(path: Path) -> Path:
     return path
 
 
+def static_busybox() -> bool:
+    """Whether ``/bin/busybox`` runs without libraries, as the image needs (Debian's
+    ``busybox-static``; the plain ``busybox`` package links libc)."""
+    if not Path(BUSYBOX).is_file():
+        return False
+    result = subprocess.run(["ldd", BUSYBOX], capture_output=True, check=False)
+    return result.returncode != 0
+
+
 def _busybox_applets() -> list[str]:
     out = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True, check=True)
     return sorted({line.strip() for line in out.stdout.splitlines() if line.strip()})

@@ -80,8 +80,8 @@ def available() -> tuple[bool, str]:
             False,
             f"agent machines need {', '.join(missing)} (apt-get install {' '.join(missing)})",
         )
-    if not Path(agent_image.BUSYBOX).is_file():
-        return False, f"agent machines need {agent_image.BUSYBOX} (apt-get install busybox-static)"
+    if not agent_image.static_busybox():
+        return False, "agent machines need a static busybox (apt-get install busybox-static)"
     return True, ""
 
 
