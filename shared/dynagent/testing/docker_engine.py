@@ -7,13 +7,8 @@ registry needed: images come from ``docker import``), no default bridge and no i
 rules, and containers' cgroups under a parent of the machine's own, so a machine's
 leftovers can be found and ended.
 
-GPUs: a stub ``nvidia-container-runtime-hook`` first on dockerd's PATH makes the engine
-register its NVIDIA driver, so ``docker run --gpus ...`` works as on a GPU VM (the device
-request is in ``docker inspect``). runc calls the stub before the container starts; the
-stub writes ``/usr/bin/nvidia-smi`` into the container's root filesystem, listing the
-machine's GPUs that ``NVIDIA_VISIBLE_DEVICES`` selects (``all``, ids, ``none``). Far
-simpler than NVIDIA's hook: no device nodes, no driver libraries, just a count the agent
-stand-in can read with ``nvidia-smi -L``.
+GPUs and privileges: ``runtime_shims`` puts a stub NVIDIA hook (``--gpus``) and, where
+this host withholds capabilities a VM has, a ``runc`` wrapper first on dockerd's PATH.
 """
 
 from __future__ import annotations
@@ -23,46 +18,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Final
 
 from dynagent.testing.machine_namespace import MachineNamespace
+from dynagent.testing.runtime_shims import install_shims
 
 DOCKERD: Final = "dockerd"
 DOCKER: Final = "docker"
-HOOK_NAME: Final = "nvidia-container-runtime-hook"
 CGROUP_ROOT: Final = Path("/sys/fs/cgroup")
 _START_SECONDS: Final = 20.0
 _STOP_SECONDS: Final = 20.0
-
-_HOOK: Final = '''#!{python}
-"""The machine's stub NVIDIA hook (dynagent.testing.docker_engine): {gpus} GPU(s)."""
-import json, os, sys
-
-GPUS = {gpus}
-if sys.argv[1:2] == ["prestart"]:
-    bundle = json.load(sys.stdin)["bundle"]
-    with open(os.path.join(bundle, "config.json")) as file:
-        config = json.load(file)
-    root = os.path.join(bundle, config["root"]["path"])
-    env = dict(e.split("=", 1) for e in config.get("process", {{}}).get("env", []) if "=" in e)
-    visible = env.get("NVIDIA_VISIBLE_DEVICES", "")
-    if visible == "all":
-        ids = list(range(GPUS))
-    else:
-        ids = [int(x) for x in visible.split(",") if x.strip().isdigit() and int(x) < GPUS]
-    lines = "".join(
-        "GPU %d: NVIDIA A100-SXM4-80GB (UUID: GPU-%08d-0000-0000-0000-000000000000)\\n" % (i, i)
-        for i in ids
-    )
-    os.makedirs(os.path.join(root, "usr/bin"), exist_ok=True)
-    path = os.path.join(root, "usr/bin/nvidia-smi")
-    with open(path, "w") as file:
-        file.write("#!/bin/sh\\ncat <<'EOF'\\n" + lines + "EOF\\n")
-    os.chmod(path, 0o755)
-'''
 
 
 class DockerEngine:
@@ -73,11 +40,7 @@ class DockerEngine:
         self._state = state
         self.cgroup_parent = f"dynagent-{name}"
         self._process: subprocess.Popen[bytes] | None = None
-        self._hooks = state / "hooks"
-        self._hooks.mkdir(parents=True, exist_ok=True)
-        hook = self._hooks / HOOK_NAME
-        hook.write_text(_HOOK.format(python=sys.executable, gpus=gpus))
-        hook.chmod(0o755)
+        self._hooks = install_shims(state / "shims", gpus)
         self.log_path = state / "dockerd.log"
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
