@@ -68,12 +68,7 @@ def test_a_cuda_agent_without_gpus_fails_as_the_real_one_does(
     gcp_machine.boot(
         agent_boot(master.port, prelude=GCE_INSTANCE_NAME, flags=("-d", "--restart", "no"))
     )
-    gcp_machine.wait_for(
-        lambda: (info := gcp_machine.agent_container()) and not info["State"]["Running"],
-        what="the agent to exit",
-    )
-    info = gcp_machine.agent_container()
-    assert info is not None and info["State"]["ExitCode"] == 1
+    assert gcp_machine.wait_for_agent_exit() == 1
     assert "no CUDA devices" in gcp_machine.agent_logs()
     assert master.registrations() == []
 
@@ -105,10 +100,7 @@ def test_an_unknown_pool_is_refused_and_the_agent_exits(
     aws_machine.boot(
         agent_boot(master.port, flags=("-d", "--gpus", "all"), env={"DET_RESOURCE_POOL": "x"})
     )
-    aws_machine.wait_for(
-        lambda: (info := aws_machine.agent_container()) and not info["State"]["Running"],
-        what="the agent to exit",
-    )
+    assert aws_machine.wait_for_agent_exit() == 1
     assert "the master refused the agent" in aws_machine.agent_logs()
     assert master.registrations() == []
     assert api_agents(master) == []
@@ -127,9 +119,6 @@ def test_with_tls_on_the_agent_wants_the_master_cert(
             },
         )
     )
-    aws_machine.wait_for(
-        lambda: (info := aws_machine.agent_container()) and not info["State"]["Running"],
-        what="the agent to exit",
-    )
+    assert aws_machine.wait_for_agent_exit() == 1
     assert "master cert" in aws_machine.agent_logs()
     assert master.registrations() == []

@@ -33,12 +33,7 @@ def test_a_read_only_startup_script_of_mode_0644_stops_the_agent(
 ) -> None:
     """chmod +x cannot change a read-only mount: the entrypoint exits 1, no agent."""
     aws_machine.boot(startup_boot(master, ":ro"))
-    aws_machine.wait_for(
-        lambda: (info := aws_machine.agent_container()) and not info["State"]["Running"],
-        what="the agent container to exit",
-    )
-    info = aws_machine.agent_container()
-    assert info is not None and info["State"]["ExitCode"] == 1
+    assert aws_machine.wait_for_agent_exit() == 1
     assert f"cannot make {STARTUP} executable" in aws_machine.agent_logs()
     assert master.registrations() == []
 

@@ -279,6 +279,21 @@ class AgentMachine:
         info = self.agent_container(name)
         return info is not None and bool(info["State"]["Running"])
 
+    def agent_exit_code(self, name: str = AGENT_CONTAINER) -> int | None:
+        """The agent container's exit code once it has exited; None while it is created,
+        running or restarting, or when there is none."""
+        info = self.agent_container(name)
+        if info is None or info["State"]["Status"] != "exited":
+            return None
+        return int(info["State"]["ExitCode"])
+
+    def wait_for_agent_exit(self, timeout: float = 20.0, name: str = AGENT_CONTAINER) -> int:
+        """Wait (bounded) for the agent container to exit; its exit code."""
+        self.wait_for(lambda: self.agent_exit_code(name) is not None, timeout, f"{name} to exit")
+        code = self.agent_exit_code(name)
+        assert code is not None
+        return code
+
     def agent_logs(self, name: str = AGENT_CONTAINER) -> str:
         """The agent container's output so far (stdout and stderr)."""
         result = subprocess.run(
