@@ -9,7 +9,7 @@ from typing import Any
 from dynagent.testing.agent_machine import AgentMachine
 from dynagent.testing.determined import AgentRegistration, LocalDetermined
 
-from .scripts import GCE_INSTANCE_NAME, agent_boot
+from .scripts import AWS_INSTANCE_ID, GCE_INSTANCE_NAME, agent_boot
 
 
 def api_agents(master: LocalDetermined) -> list[dict[str, Any]]:
@@ -122,3 +122,27 @@ def test_with_tls_on_the_agent_wants_the_master_cert(
     assert aws_machine.wait_for_agent_exit() == 1
     assert "master cert" in aws_machine.agent_logs()
     assert master.registrations() == []
+
+
+def test_with_tls_on_the_agent_talks_https_to_the_master(machines_available: None) -> None:
+    cert = "/usr/local/determined/master.crt"
+    with (
+        LocalDetermined(tls=True) as master,
+        AgentMachine("aws", "i-tls", gpus=1, master=master) as machine,
+    ):
+        assert master.certificate is not None
+        prelude = (
+            AWS_INSTANCE_ID
+            + "mkdir -p /usr/local/determined\n"
+            + f"cat > {cert} <<'EOF'\n{master.certificate.cert_pem}EOF\n"
+        )
+        machine.boot(
+            agent_boot(
+                master.port,
+                prelude=prelude,
+                flags=("-d", "--gpus", "all", "-v", f"{cert}:{cert}"),
+                env={"DET_SECURITY_TLS_ENABLED": "true", "DET_SECURITY_TLS_MASTER_CERT": cert},
+            )
+        )
+        machine.wait_for(master.registrations, what="the agent to register over HTTPS")
+        assert "master https://127.0.0.1:" in machine.agent_logs()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 
@@ -84,3 +85,16 @@ def test_cpu_and_none_agents_in_the_api(master: LocalDetermined) -> None:
         (pool,) = json.load(response)["resourcePools"]
     assert pool["slotType"] == "TYPE_CPU"
     assert pool["slotsAvailable"] == 1
+
+
+def test_with_tls_the_master_serves_https_with_its_own_certificate() -> None:
+    with LocalDetermined(tls=True) as master:
+        assert master.certificate is not None
+        assert master.url.startswith("https://127.0.0.1:")
+        context = ssl.create_default_context(cadata=master.certificate.cert_pem)
+        with urllib.request.urlopen(f"{master.url}/info", context=context, timeout=5) as answer:
+            assert json.load(answer)["version"] == "0.38.1"
+        master.down()
+        master.up()  # back on the same port, still HTTPS
+        with urllib.request.urlopen(f"{master.url}/info", context=context, timeout=5) as answer:
+            assert answer.status == 200

@@ -254,8 +254,8 @@ class AgentMachine:
     def wait_for(
         self, predicate: Callable[[], Any], timeout: float = 20.0, what: str = "a condition"
     ) -> Any:
-        """Poll ``predicate`` until it returns something true; that.
-        A TimeoutError after ``timeout`` seconds says what it waited for and the console."""
+        """Poll ``predicate`` until it returns something true; that. A TimeoutError after
+        ``timeout`` seconds says what it waited for, the console and the agent's output."""
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
@@ -264,9 +264,19 @@ class AgentMachine:
             if time.monotonic() >= deadline:
                 raise TimeoutError(
                     f"{self.instance}: waited {timeout:.0f} s for {what}; console:\n"
-                    f"{self.console[-4000:]}"
+                    f"{self.console[-4000:]}\nagent container:\n{self._agent_story()}"
                 )
             time.sleep(0.1)
+
+    def _agent_story(self) -> str:
+        """The agent container's state and last output, for a timeout's message."""
+        if self._engine is None or not self._engine.running:
+            return "(no engine)"
+        info = self.agent_container()
+        if info is None:
+            return "(none)"
+        state = info["State"]
+        return f"{state['Status']} (exit code {state['ExitCode']})\n{self.agent_logs()[-2000:]}"
 
     def metadata_calls(self) -> list[MetadataCall]:
         return [] if self._metadata is None else self._metadata.calls()

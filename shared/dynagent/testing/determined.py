@@ -89,6 +89,9 @@ agent registers again). Simpler than the real master, whose agent holds a websoc
 message: plain HTTP, no auth, and a silent agent is never dropped. ``registrations()``
 and ``heartbeats(id)`` show what came.
 
+``LocalDetermined(tls=True)`` serves HTTPS with a self-signed certificate made for the
+session (``certificate.cert_pem``, for 127.0.0.1), as a master with ``security.tls``.
+
 Knobs the API has no call for: ``expire_tokens()`` (session tokens then get 401),
 ``down()``/``up()`` (connections refused, or every answer a proxy's 502),
 ``fail_next(n, status)`` (500 or 503 with the error shape), ``slow(seconds)``,
@@ -104,6 +107,7 @@ import hashlib
 import itertools
 import json
 import re
+import ssl
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -114,6 +118,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self, cast, g
 from werkzeug.wrappers import Request, Response
 
 from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
+from dynagent.testing.tls import Certificate, self_signed
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -532,8 +537,11 @@ class LocalDetermined(Service):
         *,
         cluster_name: str = "local-determined",
         users: Mapping[str, str] | None = None,
+        tls: bool = False,
     ) -> None:
         self._cluster_name = cluster_name
+        # HTTPS with a certificate made here, as a master with security.tls serves.
+        self.certificate: Certificate | None = self_signed() if tls else None
         self._initial_users = dict(
             users
             if users is not None
@@ -553,7 +561,7 @@ class LocalDetermined(Service):
         if self._server is not None:
             raise RuntimeError("this LocalDetermined is already running")
         self._wake.clear()
-        self._server = LoopbackServer(self._app, "local-determined")
+        self._server = LoopbackServer(self._app, "local-determined", ssl_context=self._tls())
         self._port = self._server.port
         return self
 
@@ -578,7 +586,11 @@ class LocalDetermined(Service):
     @property
     def url(self) -> str:
         """The master URL, as DET_MASTER or ``det -m`` take it."""
-        return f"http://{LOOPBACK}:{self.port}"
+        scheme = "https" if self.certificate is not None else "http"
+        return f"{scheme}://{LOOPBACK}:{self.port}"
+
+    def _tls(self) -> ssl.SSLContext | None:
+        return None if self.certificate is None else self.certificate.server_context()
 
     # -- state ----------------------------------------------------------------------
 
@@ -922,7 +934,9 @@ class LocalDetermined(Service):
             if not self._port:
                 raise RuntimeError("LocalDetermined was never started")
             self._wake.clear()
-            self._server = LoopbackServer(self._app, "local-determined", port=self._port)
+            self._server = LoopbackServer(
+                self._app, "local-determined", port=self._port, ssl_context=self._tls()
+            )
 
     def fail_next(self, n: int = 1, status: int = 500, path: str | None = None) -> None:
         """The next ``n`` requests (to paths starting with ``path``, if given) fail with
