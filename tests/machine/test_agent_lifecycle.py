@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -106,3 +107,29 @@ def test_a_machine_cannot_start_twice_boot(
     aws_machine.boot("#!/bin/bash\ntrue\n")
     with pytest.raises(RuntimeError, match="booted already"):
         aws_machine.boot("#!/bin/bash\ntrue\n")
+
+
+def test_a_restarted_container_gets_a_new_route_to_the_master(
+    aws_machine: AgentMachine, master: LocalDetermined
+) -> None:
+    """A restart gives the container a new network namespace; the route follows it."""
+    aws_machine.boot(agent_boot(master.port))
+    aws_machine.wait_for(master.registrations, what="the agent to register")
+    aws_machine.docker("restart", "--time", "1", "determined-agent")
+    aws_machine.wait_for(
+        lambda: len(master.registrations()) == 2, what="the agent to register again"
+    )
+    assert len(aws_machine.routed_containers()) == 1
+
+
+def test_the_agent_image_answers_to_every_name_asked_for(
+    machines_available: None, master: LocalDetermined
+) -> None:
+    names = ("determinedai/determined-agent:0.38.0", "registry.example/agent:dev")
+    with AgentMachine("gcp", "det-names", master=master, image_names=names) as machine:
+        listed = machine.docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}")
+        assert sorted(listed.split()) == sorted(names)
+        info = json.loads(machine.docker("image", "inspect", names[1]))[0]
+        assert info["Config"]["Entrypoint"] == ["/run/determined/workdir/entrypoint.sh"]
+        assert info["Config"]["Cmd"] == ["run"]
+        assert info["Config"]["WorkingDir"] == "/run/determined/workdir"
