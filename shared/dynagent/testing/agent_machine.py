@@ -67,6 +67,7 @@ _TOOLS: Final = {
     "unshare": "util-linux",
     "nsenter": "util-linux",
     "ip": "iproute2",
+    "curl": "curl",  # Determined's boot fetches the agent id with it
 }
 
 
@@ -101,6 +102,10 @@ class AgentMachine:
     ) -> None:
         if cloud not in ("aws", "gcp"):
             raise ValueError(f"cloud {cloud!r}: aws or gcp")
+        if gpus < 0:
+            raise ValueError(f"gpus must be >= 0, not {gpus}")
+        if not image_names:
+            raise ValueError("image_names: at least one name for the agent image")
         self.cloud: Cloud = cloud
         self.instance = instance
         self.gpus = gpus
