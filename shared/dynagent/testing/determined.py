@@ -118,10 +118,11 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self, cast, g
 from werkzeug.wrappers import Request, Response
 
 from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
-from dynagent.testing.tls import Certificate, self_signed
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+    from dynagent.testing.tls import Certificate
 
 VERSION: Final = "0.38.1"
 # determined.common.api.authentication.PASSWORD_SALT: the client hashes before sending.
@@ -541,7 +542,11 @@ class LocalDetermined(Service):
     ) -> None:
         self._cluster_name = cluster_name
         # HTTPS with a certificate made here, as a master with security.tls serves.
-        self.certificate: Certificate | None = self_signed() if tls else None
+        self.certificate: Certificate | None = None
+        if tls:  # cryptography is imported only for a TLS master
+            from dynagent.testing.tls import self_signed
+
+            self.certificate = self_signed()
         self._initial_users = dict(
             users
             if users is not None
