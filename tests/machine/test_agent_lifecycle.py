@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +136,61 @@ def test_the_agent_image_answers_to_every_name_asked_for(
         assert info["Config"]["Entrypoint"] == ["/run/determined/workdir/entrypoint.sh"]
         assert info["Config"]["Cmd"] == ["run"]
         assert info["Config"]["WorkingDir"] == "/run/determined/workdir"
+
+
+CRASHING_TEST = """
+import json, sys, time
+from dynagent.testing.agent_machine import AgentMachine
+from dynagent.testing.determined import LocalDetermined
+
+master = LocalDetermined().start()
+machine = AgentMachine("aws", "i-crash", gpus=1, master=master).__enter__()
+machine.boot(sys.argv[1].replace("@PORT@", str(master.port)))
+machine.wait_for(master.registrations)
+print(json.dumps({
+    "holder": machine.namespace.pid,
+    "mount_ns": machine.namespace.mount_ns,
+    "state": str(machine.engine.log_path.parent),
+    "cgroup": machine.engine.cgroup_parent,
+}), flush=True)
+time.sleep(60)
+"""
+
+
+def machine_processes(mount_ns: int) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}/ns/mnt").st_ino == mount_ns:
+                found.append(pid)
+        except (FileNotFoundError, PermissionError):
+            continue
+    return found
+
+
+def test_a_killed_test_process_leaves_nothing_behind(machines_available: None) -> None:
+    """The holder outlives a test process killed mid-test and ends the machine itself."""
+    boot = agent_boot(0).replace('DET_MASTER_PORT="0"', 'DET_MASTER_PORT="@PORT@"')
+    child = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_TEST, boot],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert child.stdout is not None
+    with child.stdout:
+        machine = json.loads(child.stdout.readline())
+    child.kill()
+    child.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (
+        Path(machine["state"]).exists() or machine_processes(machine["mount_ns"])
+    ):
+        time.sleep(0.1)
+    assert not Path(machine["state"]).exists()
+    assert machine_processes(machine["mount_ns"]) == []
+    assert not any((h / machine["cgroup"]).exists() for h in CGROUP_ROOT.iterdir()) or all(
+        not (h / machine["cgroup"] / "cgroup.procs").read_text().strip()
+        for h in CGROUP_ROOT.iterdir()
+        if (h / machine["cgroup"]).exists()
+    )

@@ -151,9 +151,7 @@ class AgentMachine:
         self._metadata = MetadataService(
             self.cloud, values, listen_in(netns_path(self._namespace.pid), ADDRESS, PORT)
         )
-        self._engine = DockerEngine(
-            self._namespace, self._state, self.gpus, self._state.name.removeprefix("dynagent-")
-        )
+        self._engine = DockerEngine(self._namespace, self._state, self.gpus, self._state.name)
         self._engine.start()
         self._load_images()
         self._routes = MasterRoutes(self._namespace.pid, self._master.port, self._engine)

@@ -38,7 +38,7 @@ class DockerEngine:
     def __init__(self, machine: MachineNamespace, state: Path, gpus: int, name: str) -> None:
         self._machine = machine
         self._state = state
-        self.cgroup_parent = f"dynagent-{name}"
+        self.cgroup_parent = name  # the holder ends what is left there if the test dies
         self._process: subprocess.Popen[bytes] | None = None
         self._hooks = install_shims(state / "shims", gpus)
         self.log_path = state / "dockerd.log"

@@ -1,8 +1,8 @@
 """The namespaces that stand in for one VM: a private mount and network namespace.
 
-A holder process (``unshare --mount --net --propagation private sleep infinity``) owns
-them; everything of the machine (its dockerd, its boot script, their children) joins them
-with ``nsenter``. Inside:
+A holder process (``unshare --mount --net --propagation private``, a shell that waits
+while the test process lives) owns them; everything of the machine (its dockerd, its boot
+script, their children) joins them with ``nsenter``. Inside:
 
 * ``lo`` up, with 169.254.169.254/32 on it, where the metadata service listens; no other
   interface, so nothing the machine runs can reach the host's network or beyond.
@@ -16,7 +16,8 @@ with ``nsenter``. Inside:
 
 Simpler than a VM: one kernel, the host's users, processes visible from the host, and
 directories outside ``PRIVATE_DIRS`` shared with it. ``close()`` ends every process left
-in the namespaces, so the mounts and interfaces go with them.
+in the namespaces, so the mounts and interfaces go with them; should the test process
+die without closing, the holder does it (within a second) and removes the state dir.
 """
 
 from __future__ import annotations
@@ -46,6 +47,32 @@ PRIVATE_DIRS: Final = (
 )
 GCE_METADATA_HOST: Final = "metadata.google.internal"
 _STOP_SECONDS: Final = 5.0
+_UNSHARE: Final = ("unshare", "--mount", "--net", "--propagation", "private")
+# The holder keeps the namespaces while the test process ($1) lives. Should that process
+# die without closing the machine (killed, timed out), the holder ends what the machine
+# runs: processes in the cgroups named $2 (containers) and in its mount namespace, then
+# removes the machine's state dir ($3), unmounting what dockerd mounted there first.
+_HOLDER: Final = """
+while kill -0 "$1" 2>/dev/null; do sleep 1; done
+own=$(readlink /proc/$$/ns/mnt)
+for round in 1 2 3 4 5 6 7 8 9 10; do
+    left=0
+    for group in /sys/fs/cgroup/*/"$2"; do
+        cat "$group"/cgroup.procs "$group"/*/cgroup.procs 2>/dev/null
+    done | xargs -r kill -9 2>/dev/null
+    for proc in /proc/[0-9]*; do
+        pid=${proc#/proc/}
+        if [ "$pid" != $$ ] && [ "$(readlink "$proc/ns/mnt" 2>/dev/null)" = "$own" ]; then
+            kill -9 "$pid" 2>/dev/null && left=1
+        fi
+    done
+    [ "$left" = 0 ] && break
+    sleep 0.2
+done
+awk -v dir="$3" 'index($2, dir) == 1 {print $2}' /proc/self/mounts | sort -r |
+    while read -r point; do umount -l "$point"; done
+rm -rf "$3"
+"""
 
 
 class MachineNamespace:
@@ -54,8 +81,10 @@ class MachineNamespace:
     def __init__(self, state: Path) -> None:
         self._state = state
         self._holder = subprocess.Popen(
-            ["unshare", "--mount", "--net", "--propagation", "private", "sleep", "infinity"],
+            [*_UNSHARE, "sh", "-c", _HOLDER, "holder", str(os.getpid()), state.name, str(state)],
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
         self.pid = self._holder.pid
@@ -79,16 +108,17 @@ class MachineNamespace:
         return os.stat(f"/proc/{self.pid}/ns/mnt").st_ino
 
     def close(self) -> None:
-        """End every process in the machine's mount namespace, the holder last."""
+        """End every process in the machine's mount namespace, the holder first (so it
+        starts nothing more)."""
         try:
-            mount_ns = self.mount_ns
+            mount_ns: int | None = self.mount_ns
         except OSError:
             mount_ns = None
-        if mount_ns is not None:
-            _kill_members(mount_ns, exclude=self.pid)
         if self._holder.poll() is None:
             self._holder.kill()
         self._holder.wait(timeout=_STOP_SECONDS)
+        if mount_ns is not None:
+            _kill_members(mount_ns)
 
     def _wait_for_namespaces(self) -> None:
         own = os.stat("/proc/self/ns/net").st_ino
@@ -132,12 +162,12 @@ class MachineNamespace:
             raise RuntimeError(f"cannot set up the machine: {result.stderr.strip()}")
 
 
-def _kill_members(mount_ns: int, exclude: int) -> None:
-    """SIGKILL every process whose mount namespace is ``mount_ns`` (but ``exclude``), and
-    wait (bounded) until none is left."""
+def _kill_members(mount_ns: int) -> None:
+    """SIGKILL every process whose mount namespace is ``mount_ns``, and wait (bounded)
+    until none is left."""
     deadline = time.monotonic() + _STOP_SECONDS
     while time.monotonic() < deadline:
-        members = [pid for pid in _pids_in(mount_ns) if pid != exclude]
+        members = _pids_in(mount_ns)
         if not members:
             return
         for pid in members:
