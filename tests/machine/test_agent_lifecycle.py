@@ -189,8 +189,4 @@ def test_a_killed_test_process_leaves_nothing_behind(machines_available: None) -
         time.sleep(0.1)
     assert not Path(machine["state"]).exists()
     assert machine_processes(machine["mount_ns"]) == []
-    assert not any((h / machine["cgroup"]).exists() for h in CGROUP_ROOT.iterdir()) or all(
-        not (h / machine["cgroup"] / "cgroup.procs").read_text().strip()
-        for h in CGROUP_ROOT.iterdir()
-        if (h / machine["cgroup"]).exists()
-    )
+    assert not any((h / machine["cgroup"]).exists() for h in CGROUP_ROOT.iterdir())

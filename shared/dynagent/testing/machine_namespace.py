@@ -51,7 +51,8 @@ _UNSHARE: Final = ("unshare", "--mount", "--net", "--propagation", "private")
 # The holder keeps the namespaces while the test process ($1) lives. Should that process
 # die without closing the machine (killed, timed out), the holder ends what the machine
 # runs: processes in the cgroups named $2 (containers) and in its mount namespace, then
-# removes the machine's state dir ($3), unmounting what dockerd mounted there first.
+# removes those cgroups and the machine's state dir ($3), unmounting what dockerd mounted
+# there first.
 _HOLDER: Final = """
 while kill -0 "$1" 2>/dev/null; do sleep 1; done
 own=$(readlink /proc/$$/ns/mnt)
@@ -69,6 +70,7 @@ for round in 1 2 3 4 5 6 7 8 9 10; do
     [ "$left" = 0 ] && break
     sleep 0.2
 done
+find /sys/fs/cgroup/*/"$2" -depth -type d -exec rmdir {} + 2>/dev/null
 awk -v dir="$3" 'index($2, dir) == 1 {print $2}' /proc/self/mounts | sort -r |
     while read -r point; do umount -l "$point"; done
 rm -rf "$3"
