@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DET_VENV := .venv-det
 DET_STAMP := $(DET_VENV)/.installed
 
-.PHONY: demo demo-gcp test lint typecheck unit bench reliability sam clean
+.PHONY: demo demo-gcp test lint typecheck unit machine-tools bench reliability sam clean
 
 # The project's virtual environment, rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -34,10 +34,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) $(DET_STAMP)
+unit: $(STAMP) $(DET_STAMP) machine-tools
 	$(BIN)/pytest -q
 	$(DET_VENV)/bin/pytest -q -p no:cacheprovider tests/determined
 
+# The agent machine tests (tests/machine) boot user data on a real Docker Engine: as root
+# with apt-get, install Debian's docker.io and busybox-static where dockerd or the static
+# busybox is missing; otherwise do nothing (the tests then skip, saying why, or fail in CI).
+machine-tools:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& ! { command -v dockerd && dpkg -s busybox-static; } >/dev/null 2>&1; then \
+		echo "installing docker.io and busybox-static for the agent machine tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -qq --no-install-recommends docker.io busybox-static >/dev/null; \
+	fi
 
 $(DET_STAMP): pyproject.toml tests/determined/requirements.txt
 	$(PYTHON) -m venv $(DET_VENV)

@@ -79,6 +79,19 @@ The cluster model, with the master's semantics (``rm/agentrm``):
   or disable answers HTTP 500 ``agent disconnected, wait for recovery``.
 * ``finish(task)`` ends a task; ``remove_agent`` ends the agent and kills its tasks.
 
+Agents that connect themselves (``dynagent.testing.agent_machine``'s agent stand-in):
+``POST /agents?id=&resource_pool=&slots=&slot_type=`` (``cuda``, ``cpu`` or ``none``)
+registers an agent as ``add_agent`` makes one, in the pool it names (an unknown pool is
+refused, HTTP 400, as the master refuses it); a known id registering again is the same
+agent coming back. ``POST /agents/{id}/heartbeat`` keeps it (404 for an unknown id, so the
+agent registers again). Simpler than the real master, whose agent holds a websocket on
+``/agents?id=&resource_pool=&reconnect=`` and sends its devices in an AgentStarted
+message: plain HTTP, no auth, and a silent agent is never dropped. ``registrations()``
+and ``heartbeats(id)`` show what came.
+
+``LocalDetermined(tls=True)`` serves HTTPS with a self-signed certificate made for the
+session (``certificate.cert_pem``, for 127.0.0.1), as a master with ``security.tls``.
+
 Knobs the API has no call for: ``expire_tokens()`` (session tokens then get 401),
 ``down()``/``up()`` (connections refused, or every answer a proxy's 502),
 ``fail_next(n, status)`` (500 or 503 with the error shape), ``slow(seconds)``,
@@ -94,12 +107,13 @@ import hashlib
 import itertools
 import json
 import re
+import ssl
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self, cast, get_args
 
 from werkzeug.wrappers import Request, Response
 
@@ -107,6 +121,8 @@ from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+    from dynagent.testing.tls import Certificate
 
 VERSION: Final = "0.38.1"
 # determined.common.api.authentication.PASSWORD_SALT: the client hashes before sending.
@@ -126,6 +142,10 @@ _CLUSTER_ID: Final = "3c6e3ad7-13e9-4c5d-9a41-7cf0b1a1f0e1"
 _MASTER_ID: Final = "0f0e3b1c-7d2a-4a55-8b5e-2b8c6f1a9d10"
 
 JsonObject = dict[str, Any]
+SlotType = Literal["cuda", "cpu", "none"]
+_SLOT_TYPES: Final = frozenset(get_args(SlotType))
+# Determined's device type for a slot type's devices (a none agent has no devices).
+_DEVICE_TYPES: Final = {"cuda": "TYPE_CUDA", "cpu": "TYPE_CPU", "none": "TYPE_UNSPECIFIED"}
 PoolType = Literal["STATIC", "AWS", "GCP"]
 TaskType = Literal[
     "TRIAL", "COMMAND", "NOTEBOOK", "SHELL", "TENSORBOARD", "CHECKPOINT_GC", "GENERIC"
@@ -268,6 +288,7 @@ class _Agent:
     draining: bool = False
     reconnecting: bool = False
     stashed: tuple[bool, bool] = (True, False)  # (enabled, draining) before reconnecting
+    slot_type: SlotType = "cuda"
 
     @property
     def slots(self) -> int:
@@ -320,6 +341,15 @@ class SubmittedTask(NamedTuple):
     job_id: str | None
 
 
+class AgentRegistration(NamedTuple):
+    """An agent that connected itself (POST /agents): who, where, with what."""
+
+    agent_id: str
+    pool: str
+    slots: int
+    slot_type: SlotType
+
+
 class ApiCall(NamedTuple):
     """One request the fake answered: method, path, query parameters, HTTP status."""
 
@@ -344,6 +374,8 @@ class _State:
         self.agents: dict[str, _Agent] = {}
         self.tasks: dict[str, _Task] = {}  # by task id
         self.ended: dict[str, str] = {}  # task id -> FINISHED or KILLED
+        self.registrations: list[AgentRegistration] = []
+        self.heartbeats: dict[str, int] = {}
         self.experiments = itertools.count(1)
         # knobs
         self.fail: list[tuple[int, str | None]] = []  # (HTTP status, path prefix)
@@ -506,8 +538,15 @@ class LocalDetermined(Service):
         *,
         cluster_name: str = "local-determined",
         users: Mapping[str, str] | None = None,
+        tls: bool = False,
     ) -> None:
         self._cluster_name = cluster_name
+        # HTTPS with a certificate made here, as a master with security.tls serves.
+        self.certificate: Certificate | None = None
+        if tls:  # cryptography is imported only for a TLS master
+            from dynagent.testing.tls import self_signed
+
+            self.certificate = self_signed()
         self._initial_users = dict(
             users
             if users is not None
@@ -527,7 +566,7 @@ class LocalDetermined(Service):
         if self._server is not None:
             raise RuntimeError("this LocalDetermined is already running")
         self._wake.clear()
-        self._server = LoopbackServer(self._app, "local-determined")
+        self._server = LoopbackServer(self._app, "local-determined", ssl_context=self._tls())
         self._port = self._server.port
         return self
 
@@ -552,7 +591,11 @@ class LocalDetermined(Service):
     @property
     def url(self) -> str:
         """The master URL, as DET_MASTER or ``det -m`` take it."""
-        return f"http://{LOOPBACK}:{self.port}"
+        scheme = "https" if self.certificate is not None else "http"
+        return f"{scheme}://{LOOPBACK}:{self.port}"
+
+    def _tls(self) -> ssl.SSLContext | None:
+        return None if self.certificate is None else self.certificate.server_context()
 
     # -- state ----------------------------------------------------------------------
 
@@ -676,12 +719,18 @@ class LocalDetermined(Service):
         *,
         hostname: str | None = None,
         brand: str = DEFAULT_BRAND,
+        slot_type: SlotType = "cuda",
     ) -> None:
-        """An agent connects with ``slots`` CUDA devices: enabled, not draining."""
+        """An agent connects with ``slots`` devices of ``slot_type`` (CUDA by default):
+        enabled, not draining. A ``none`` agent has no slots."""
         if not agent_id or "/" in agent_id:
             raise ValueError(f"invalid agent id specified: {agent_id!r}")
         if slots < 0:
             raise ValueError("slots must be >= 0")
+        if slot_type not in _SLOT_TYPES:
+            raise ValueError(f"slot type {slot_type!r}: cuda, cpu or none")
+        if slot_type == "none" and slots:
+            raise ValueError("an agent with slot type none has no slots")
         with self._lock:
             if pool not in self._state.pools:
                 raise ValueError(f"cannot find specified resource pool {pool} for agent {agent_id}")
@@ -695,6 +744,7 @@ class LocalDetermined(Service):
                 address=hostname or f"10.0.{index // 250}.{index % 250 + 1}",
                 registered=self._tick(),
                 owners=[None] * slots,
+                slot_type=slot_type,
             )
 
     def remove_agent(self, agent_id: str) -> None:
@@ -889,7 +939,9 @@ class LocalDetermined(Service):
             if not self._port:
                 raise RuntimeError("LocalDetermined was never started")
             self._wake.clear()
-            self._server = LoopbackServer(self._app, "local-determined", port=self._port)
+            self._server = LoopbackServer(
+                self._app, "local-determined", port=self._port, ssl_context=self._tls()
+            )
 
     def fail_next(self, n: int = 1, status: int = 500, path: str | None = None) -> None:
         """The next ``n`` requests (to paths starting with ``path``, if given) fail with
@@ -922,6 +974,16 @@ class LocalDetermined(Service):
 
     def calls(self) -> list[ApiCall]:
         return self._calls.snapshot()
+
+    def registrations(self) -> list[AgentRegistration]:
+        """Every POST /agents the master accepted, in order (a returning agent again)."""
+        with self._lock:
+            return list(self._state.registrations)
+
+    def heartbeats(self, agent_id: str) -> int:
+        """How many heartbeats the agent sent since it first registered."""
+        with self._lock:
+            return self._state.heartbeats.get(agent_id, 0)
 
     def clear_calls(self) -> None:
         self._calls.clear()
@@ -991,6 +1053,8 @@ class LocalDetermined(Service):
             if request.method != "GET":
                 return Response("Method Not Allowed", status=405)
             return self._json(self._info())
+        if path == "/agents" or path.startswith("/agents/"):
+            return self._agent_connection(request)
         if not path.startswith("/api/v1/"):
             return Response('{"message":"Not Found"}\n', 404, content_type="application/json")
         allowed: list[str] = []
@@ -1038,6 +1102,47 @@ class LocalDetermined(Service):
             "telemetry": {"enabled": False, "otel_enabled": False, "otel_endpoint": ""},
             "sso_providers": None,
         }
+
+    # -- agents that connect themselves ---------------------------------------------
+
+    def _agent_connection(self, request: Request) -> Response:
+        if request.method != "POST":
+            return Response("Method Not Allowed\n", status=405)
+        heartbeat = _HEARTBEAT.fullmatch(request.path)
+        with self._lock:
+            if heartbeat is not None:
+                agent_id = heartbeat.group(1)
+                if agent_id not in self._state.agents:
+                    return Response(f"agent {agent_id} is not connected\n", status=404)
+                self._state.heartbeats[agent_id] = self._state.heartbeats.get(agent_id, 0) + 1
+                return Response("", status=200)
+            if request.path != "/agents":
+                return Response("Not Found\n", status=404)
+            try:
+                registration = self._register(request.args)
+            except ValueError as exc:
+                return Response(f"{exc}\n", status=400)
+            self._state.registrations.append(registration)
+            return Response("", status=200)
+
+    def _register(self, args: Mapping[str, str]) -> AgentRegistration:
+        agent_id = args.get("id", "")
+        pool = args.get("resource_pool", "") or DEFAULT_POOL
+        slot_type = args.get("slot_type", "cuda")
+        slots_text = args.get("slots", "0")
+        if not slots_text.isdigit():
+            raise ValueError(f"slots must be a number, not {slots_text!r}")
+        if slot_type not in _SLOT_TYPES:
+            raise ValueError(f"unknown slot type {slot_type!r}")
+        registration = AgentRegistration(agent_id, pool, int(slots_text), cast(SlotType, slot_type))
+        known = self._state.agents.get(agent_id)
+        if known is None:
+            self.add_agent(agent_id, pool, registration.slots, slot_type=registration.slot_type)
+        elif known.pool != pool:
+            raise ValueError(f"agent {agent_id} is in pool {known.pool}, not {pool}")
+        else:
+            self.reconnecting(agent_id, False)
+        return registration
 
     # -- auth endpoints -------------------------------------------------------------
 
@@ -1185,7 +1290,7 @@ class LocalDetermined(Service):
             "id": device,
             "brand": agent.brand,
             "uuid": f"GPU-{uuid.UUID(bytes=digest[:16])}",
-            "type": "TYPE_CUDA",
+            "type": _DEVICE_TYPES[agent.slot_type],
         }
 
     def _container_json(self, agent: _Agent, container_id: str) -> JsonObject:
@@ -1255,11 +1360,13 @@ class LocalDetermined(Service):
                 available += agent.slots
                 aux_capacity += MAX_AUX_CONTAINERS_PER_AGENT
         cloud = pool.type != "STATIC"
-        has_devices = any(a.slots for a in agents if a.enabled or a.draining)
+        device_types = {a.slot_type for a in agents if a.slots and (a.enabled or a.draining)}
         if cloud:
             slot_type = "TYPE_CUDA" if pool.slots_per_agent > 0 else "TYPE_CPU"
+        elif device_types:
+            slot_type = "TYPE_CUDA" if "cuda" in device_types else "TYPE_CPU"
         else:
-            slot_type = "TYPE_CUDA" if has_devices else "TYPE_UNSPECIFIED"
+            slot_type = "TYPE_UNSPECIFIED"
         queued = scheduled = 0
         for task in self._visible_tasks(pool.name):
             if task.placed:
@@ -1495,6 +1602,7 @@ _ROUTE_TABLE: Final[list[tuple[str, str, _Handler, bool]]] = [
     ("GET", r"/api/v1/job-queues", LocalDetermined._get_jobs, True),
     ("GET", r"/api/v1/job-queues-v2", LocalDetermined._get_jobs_v2, True),
 ]
+_HEARTBEAT: Final = re.compile(r"/agents/([^/]+)/heartbeat")
 _ROUTES: Final = [
     (method, re.compile(path), handler, auth) for method, path, handler, auth in _ROUTE_TABLE
 ]

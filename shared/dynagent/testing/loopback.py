@@ -6,6 +6,7 @@ starts one stops it: ``close()`` shuts it down, closes the socket and joins the 
 
 from __future__ import annotations
 
+import ssl
 import threading
 from abc import ABC, abstractmethod
 from types import TracebackType
@@ -53,7 +54,7 @@ class LoopbackServer:
     """``app`` served on 127.0.0.1, an OS-chosen port, from a daemon thread.
 
     ``port`` binds a given port instead: a server that was closed to refuse connections
-    for a while comes back where its clients expect it.
+    for a while comes back where its clients expect it. ``ssl_context`` serves HTTPS.
     """
 
     def __init__(
@@ -62,9 +63,10 @@ class LoopbackServer:
         name: str,
         handler: type[WSGIRequestHandler] = QuietHandler,
         port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._server: BaseWSGIServer = make_server(
-            LOOPBACK, port, app, threaded=True, request_handler=handler
+            LOOPBACK, port, app, threaded=True, request_handler=handler, ssl_context=ssl_context
         )
         self._thread = threading.Thread(
             target=self._server.serve_forever,
