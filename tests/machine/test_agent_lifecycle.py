@@ -72,6 +72,16 @@ def test_an_engine_restart_brings_the_agent_back(
     assert {r.agent_id for r in master.registrations()} == {"i-0123456789abcdef0"}
 
 
+WRITTEN = (
+    "/tmp/dynagent-written",
+    "/var/tmp/dynagent-written",
+    "/etc/dynagent-written",
+    "/usr/local/bin/dynagent-written",
+    "/root/dynagent-written",
+)
+WRITE_EVERYWHERE = "".join(f"echo machine > {path}\n" for path in WRITTEN)
+
+
 def host_view() -> tuple[list[str], list[str]]:
     """The host's mounts and network interfaces."""
     mounts = Path("/proc/self/mounts").read_text().splitlines()
@@ -81,7 +91,7 @@ def host_view() -> tuple[list[str], list[str]]:
 def test_nothing_is_left_on_the_host(machines_available: None, master: LocalDetermined) -> None:
     before = host_view()
     with AgentMachine("aws", "i-leftovers", gpus=1, master=master) as machine:
-        prelude = AWS_INSTANCE_ID + "docker network create agents\n"
+        prelude = AWS_INSTANCE_ID + "docker network create agents\n" + WRITE_EVERYWHERE
         machine.boot(agent_boot(master.port, network="agents", prelude=prelude))
         machine.wait_for(master.registrations, what="the agent to register")
         holder = machine.namespace.pid
@@ -91,6 +101,9 @@ def test_nothing_is_left_on_the_host(machines_available: None, master: LocalDete
         assert machine.wait_for(machine.routed_containers)
         assert "agents" in machine.network_names()
         assert host_view() == before  # the machine's mounts and bridge are its own
+        for path in WRITTEN:
+            assert machine.read_file(path) == "machine\n"
+            assert not Path(path).exists()  # the machine's writes stay in the machine
     assert host_view() == before
     assert not state.exists()
     assert not Path(f"/proc/{holder}").exists()
@@ -168,14 +181,17 @@ def machine_processes(mount_ns: int) -> list[str]:
     return found
 
 
-def test_a_killed_test_process_leaves_nothing_behind(machines_available: None) -> None:
-    """The holder outlives a test process killed mid-test and ends the machine itself."""
+def test_a_killed_test_process_leaves_nothing_behind(
+    machines_available: None, tmp_path: Path
+) -> None:
+    """The holder outlives a test process killed mid-test and ends the machine itself.
+    (The killed process's agent image tar is left in its TMPDIR, pytest's to clean.)"""
     boot = agent_boot(0).replace('DET_MASTER_PORT="0"', 'DET_MASTER_PORT="@PORT@"')
     child = subprocess.Popen(
         [sys.executable, "-c", CRASHING_TEST, boot],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)},
     )
     assert child.stdout is not None
     with child.stdout:

@@ -40,7 +40,7 @@ class DockerEngine:
         self._state = state
         self.cgroup_parent = name  # the holder ends what is left there if the test dies
         self._process: subprocess.Popen[bytes] | None = None
-        self._hooks = install_shims(state / "shims", gpus)
+        self._shims = machine.inside(install_shims(state / "shims", gpus, machine.inside))
         self.log_path = state / "dockerd.log"
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -54,13 +54,13 @@ class DockerEngine:
 
     def start(self) -> None:
         """Start dockerd and wait (bounded) until it answers."""
-        path = f"{self._hooks}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+        path = f"{self._shims}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         command = [
             *self._machine.nsenter(),
             "env",
             f"PATH={path}",
             DOCKERD,
-            f"--data-root={self._state / 'docker'}",
+            f"--data-root={self._machine.inside(self._state / 'docker')}",
             "--storage-driver=vfs",
             "--bridge=none",
             "--iptables=false",

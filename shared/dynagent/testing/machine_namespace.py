@@ -6,9 +6,10 @@ script, their children) joins them with ``nsenter``. Inside:
 
 * ``lo`` up, with 169.254.169.254/32 on it, where the metadata service listens; no other
   interface, so nothing the machine runs can reach the host's network or beyond.
-* ``/run`` and ``/tmp`` fresh tmpfs: the engine's socket (``/var/run/docker.sock``),
-  ``/run/systemd/system`` (there, as on a systemd VM) and whatever a boot script puts
-  there are the machine's own.
+* ``/run``, ``/tmp`` and ``/var/tmp`` fresh tmpfs: the engine's socket
+  (``/var/run/docker.sock``), ``/run/systemd/system`` (there, as on a systemd VM) and
+  whatever a boot script puts there are the machine's own. The machine's state dir (on
+  the host, under /var/tmp) is bound at ``/run/dynagent/state`` for its dockerd.
 * overlayfs over the host directories a boot script writes to (``PRIVATE_DIRS``), their
   writes kept in a temp dir: the machine sees the host's files, the host never sees the
   machine's writes.
@@ -45,14 +46,18 @@ PRIVATE_DIRS: Final = (
     "/var/log",
     "/var/cache",
 )
+_TMP_DIRS: Final = ("/tmp", "/var/tmp")
 GCE_METADATA_HOST: Final = "metadata.google.internal"
 _STOP_SECONDS: Final = 5.0
 _UNSHARE: Final = ("unshare", "--mount", "--net", "--propagation", "private")
+# Where the machine sees its state dir (bound there, as its /var/tmp is its own).
+STATE_INSIDE: Final = "/run/dynagent/state"
 # The holder keeps the namespaces while the test process ($1) lives. Should that process
 # die without closing the machine (killed, timed out), the holder ends what the machine
 # runs: processes in the cgroups named $2 (containers) and in its mount namespace, then
-# removes those cgroups and the machine's state dir ($3), unmounting what dockerd mounted
-# there first.
+# removes those cgroups and the machine's state dir ($2 too, relative to the holder's
+# working directory: the host's /var/tmp, which the machine's own covers), unmounting what
+# is mounted under $3 (the state dir as the machine sees it) first.
 _HOLDER: Final = """
 while kill -0 "$1" 2>/dev/null; do sleep 1; done
 own=$(readlink /proc/$$/ns/mnt)
@@ -73,7 +78,7 @@ done
 find /sys/fs/cgroup/*/"$2" -depth -type d -exec rmdir {} + 2>/dev/null
 awk -v dir="$3" 'index($2, dir) == 1 {print $2}' /proc/self/mounts | sort -r |
     while read -r point; do umount -l "$point"; done
-rm -rf "$3"
+rm -rf "./$2"
 """
 
 
@@ -83,7 +88,8 @@ class MachineNamespace:
     def __init__(self, state: Path) -> None:
         self._state = state
         self._holder = subprocess.Popen(
-            [*_UNSHARE, "sh", "-c", _HOLDER, "holder", str(os.getpid()), state.name, str(state)],
+            [*_UNSHARE, "sh", "-c", _HOLDER, "holder", str(os.getpid()), state.name, STATE_INSIDE],
+            cwd=state.parent,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -104,6 +110,10 @@ class MachineNamespace:
     def path(self, inside: str) -> Path:
         """A path inside the machine, as the host reaches it (through the holder's root)."""
         return Path(f"/proc/{self.pid}/root") / inside.lstrip("/")
+
+    def inside(self, state_path: Path) -> str:
+        """Where the machine sees ``state_path``, a path in its state dir."""
+        return f"{STATE_INSIDE}/{state_path.relative_to(self._state)}"
 
     @property
     def mount_ns(self) -> int:
@@ -142,8 +152,8 @@ class MachineNamespace:
             "ip link set lo up",
             f"ip addr add {ADDRESS}/32 dev lo",
             "mount -t tmpfs -o mode=755 tmpfs /run",
-            "mount -t tmpfs -o mode=1777 tmpfs /tmp",
-            "mkdir -p /run/systemd/system /run/lock",
+            f"mkdir -p /run/systemd/system /run/lock {STATE_INSIDE}",
+            f"mount --bind {self._state} {STATE_INSIDE}",
         ]
         for index, directory in enumerate(d for d in PRIVATE_DIRS if os.path.isdir(d)):
             upper, work = self._state / "upper" / str(index), self._state / "work" / str(index)
@@ -153,6 +163,7 @@ class MachineNamespace:
                 f"mount -t overlay overlay -o lowerdir={directory},upperdir={upper},"
                 f"workdir={work} {directory}"
             )
+        lines += [f"mount -t tmpfs -o mode=1777 tmpfs {d}" for d in _TMP_DIRS if os.path.isdir(d)]
         lines.append(f"echo '{ADDRESS} {GCE_METADATA_HOST}' >> /etc/hosts")
         result = subprocess.run(
             [*self.nsenter(), "sh", "-c", "\n".join(lines)],

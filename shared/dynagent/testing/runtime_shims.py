@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -144,8 +145,9 @@ def missing_capabilities() -> list[str]:
     return [f"CAP_{name}" for number, name in enumerate(names) if not bounding >> number & 1]
 
 
-def install_shims(directory: Path, gpus: int) -> Path:
-    """Write the shims this machine needs into ``directory``; the directory."""
+def install_shims(directory: Path, gpus: int, inside: Callable[[Path], str]) -> Path:
+    """Write the shims this machine needs into ``directory``; the directory. ``inside``
+    maps a host path to where the machine (its dockerd and runc) sees it."""
     directory.mkdir(parents=True, exist_ok=True)
     if gpus > 0:
         _write(directory / HOOK_NAME, _HOOK.format(python=sys.executable, gpus=gpus))
@@ -156,7 +158,7 @@ def install_shims(directory: Path, gpus: int) -> Path:
         filter_path.write_text(_RUNC_FILTER.format(dropped=sorted(dropped)))
         _write(
             directory / "runc",
-            _RUNC.format(python=sys.executable, filter=filter_path, runc=runc),
+            _RUNC.format(python=sys.executable, filter=inside(filter_path), runc=runc),
         )
     return directory
 
