@@ -57,6 +57,8 @@ LAUNCH_INPUT_TYPES = {
 }
 NEEDS_MANAGED_RESOURCE = {
     "ec2:CreateLaunchTemplateVersion",
+    # An adopted spot instance gets the hop limit RequestSpotInstances cannot ask for.
+    "ec2:ModifyInstanceMetadataOptions",
     "ec2:TerminateInstances",
     "ec2:CancelSpotInstanceRequests",
     "ec2:DeleteTags",

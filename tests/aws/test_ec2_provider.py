@@ -175,6 +175,10 @@ def test_spot_requests_are_tagged_adopted_and_cancelled(aws: Any, ec2: Any) -> N
     provider.adopt((Adoption(request_id, observed.instance_id),))
     (instance,) = provider.observe().instances
     assert instance.id == observed.instance_id
+    # RequestSpotInstances takes no metadata options: adoption sets every launch's.
+    (described,) = managed_instances(ec2)
+    assert described["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+    assert described["MetadataOptions"]["HttpTokens"] == "required"
 
     provider.cancel((Cancellation(request_id, "test"), Cancellation("sir-00000000", "gone")))
 

@@ -452,11 +452,17 @@ class Ec2Provider:
                     raise
 
     def adopt(self, adoptions: tuple[Adoption, ...]) -> None:
+        """Tag what managed spot requests launched, then give it the metadata options
+        every launch asks for: RequestSpotInstances takes none, so a spot instance gets
+        its hop limit of 2 here, a pass after it starts, minutes before its agent
+        registers and runs tasks."""
         ids = sorted({a.instance_id for a in adoptions})
         for chunk in self._chunks(ids):
             self.ec2.create_tags(
                 Resources=chunk, Tags=tags.instance_tags(self.config, self.pool.name)
             )
+        for instance_id in ids:
+            self.ec2.modify_instance_metadata_options(InstanceId=instance_id, **METADATA_OPTIONS)
 
     def write_marks(self, marks: tuple[MarkWrite, ...]) -> None:
         for write in marks:
