@@ -122,15 +122,23 @@ class MachineNamespace:
     def close(self) -> None:
         """End every process in the machine's mount namespace, the holder first (so it
         starts nothing more)."""
+        # An open handle keeps the namespace, and so its inode number, until every member
+        # is gone: a freed number can be reused by another machine's namespace (another
+        # test process's), whose processes the kill would then hit.
         try:
+            handle: int | None = os.open(f"/proc/{self.pid}/ns/mnt", os.O_RDONLY)
             mount_ns: int | None = self.mount_ns
         except OSError:
-            mount_ns = None
-        if self._holder.poll() is None:
-            self._holder.kill()
-        self._holder.wait(timeout=_STOP_SECONDS)
-        if mount_ns is not None:
-            _kill_members(mount_ns)
+            handle, mount_ns = None, None
+        try:
+            if self._holder.poll() is None:
+                self._holder.kill()
+            self._holder.wait(timeout=_STOP_SECONDS)
+            if mount_ns is not None:
+                _kill_members(mount_ns)
+        finally:
+            if handle is not None:
+                os.close(handle)
 
     def _wait_for_namespaces(self) -> None:
         own = os.stat("/proc/self/ns/net").st_ino
