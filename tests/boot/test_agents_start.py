@@ -9,7 +9,6 @@ contract) and watches the agent register with the local Determined master and st
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -22,8 +21,9 @@ from dynagent.testing.determined import AgentRegistration, LocalDetermined
 
 from .launches import PATHS, POOL, Path, Sent, launch
 
-# How long an agent must keep running, unrestarted, to count as staying up.
-STAYS_UP_SECONDS = 3.0
+# Heartbeats (one a second) an agent must send after registering, unrestarted, to count
+# as staying up: a crash-looping entrypoint never gets that far.
+STAYS_UP_BEATS = 2
 
 
 @pytest.fixture(params=PATHS)
@@ -58,9 +58,14 @@ def registered(machine: AgentMachine, master: LocalDetermined, count: int = 1) -
     )
 
 
-def stays_up(machine: AgentMachine) -> dict[str, Any]:
-    """The agent container after STAYS_UP_SECONDS, checked running and never restarted."""
-    time.sleep(STAYS_UP_SECONDS)
+def stays_up(machine: AgentMachine, master: LocalDetermined) -> dict[str, Any]:
+    """The agent container once its agent sent STAYS_UP_BEATS heartbeats, checked running
+    and never restarted."""
+    machine.wait_for(
+        lambda: master.heartbeats(machine.instance) >= STAYS_UP_BEATS,
+        timeout=20,
+        what=f"{STAYS_UP_BEATS} heartbeats",
+    )
     info = machine.agent_container()
     assert info is not None, machine.console
     assert info["State"]["Running"], machine.agent_logs()
@@ -81,7 +86,7 @@ def test_determined_defaults(path: Path, clouds: Any, pool_master: LocalDetermin
         assert pool_master.registrations() == [
             AgentRegistration(sent.instance, POOL, sent.gpus, "cuda")
         ]
-        info = stays_up(machine)
+        info = stays_up(machine, pool_master)
         host = info["HostConfig"]
         assert host["Privileged"] is True and host["Init"] is True
         assert host["RestartPolicy"]["Name"] == "always"
@@ -110,7 +115,7 @@ def test_the_admins_startup_and_container_startup_scripts_both_run(
     )
     with booted(sent, pool_master) as machine:
         registered(machine, pool_master)
-        stays_up(machine)
+        stays_up(machine, pool_master)
         assert machine.read_file("/var/tmp/startup-ran") == "machine-ready\n"
         ran = machine.agent_exec(["cat", "/tmp/container-startup-ran"])
         assert ran == "in-container\n"
@@ -124,7 +129,7 @@ def test_a_gpu_type_with_cpu_slots_allowed_keeps_its_gpus(
         registered(machine, pool_master)
         (registration,) = pool_master.registrations()
         assert (registration.slots, registration.slot_type) == (sent.gpus, "cuda")
-        info = stays_up(machine)
+        info = stays_up(machine, pool_master)
         assert info["HostConfig"]["DeviceRequests"][0]["Capabilities"] == [["gpu"]]
 
 
@@ -135,7 +140,7 @@ def test_agent_config_file_contents_become_the_agents_agent_yaml(
     sent = launch(path, clouds, pool_master.url, agent_config_file_contents=contents)
     with booted(sent, pool_master) as machine:
         registered(machine, pool_master)
-        stays_up(machine)
+        stays_up(machine, pool_master)
         agent_yaml = machine.agent_exec(["cat", "/etc/determined/agent.yaml"])
         assert json.loads(agent_yaml) == contents
 
@@ -146,7 +151,7 @@ def test_a_user_defined_network_is_created_and_used(
     sent = launch(path, clouds, pool_master.url, agent_docker_network="det-agents")
     with booted(sent, pool_master) as machine:
         registered(machine, pool_master)
-        info = stays_up(machine)
+        info = stays_up(machine, pool_master)
         assert "det-agents" in machine.network_names()
         assert info["HostConfig"]["NetworkMode"] == "det-agents"
         assert list(info["NetworkSettings"]["Networks"]) == ["det-agents"]
@@ -162,7 +167,7 @@ def test_a_tls_masters_certificate_reaches_the_agent(path: Path, clouds: Any) ->
         assert master.url.startswith("https://")
         with booted(sent, master) as machine:
             registered(machine, master)
-            info = stays_up(machine)
+            info = stays_up(machine, master)
             env = dict(item.split("=", 1) for item in info["Config"]["Env"])
             assert env["DET_SECURITY_TLS_ENABLED"] == "true"
             cert_path = env["DET_SECURITY_TLS_MASTER_CERT"]
