@@ -174,19 +174,6 @@ def test_a_tls_masters_certificate_reaches_the_agent(path: Path, clouds: Any) ->
             assert machine.agent_exec(["cat", cert_path]) == pem
 
 
-def test_the_agent_comes_back_after_the_engine_restarts(
-    path: Path, clouds: Any, pool_master: LocalDetermined
-) -> None:
-    sent = launch(path, clouds, pool_master.url)
-    with booted(sent, pool_master) as machine:
-        registered(machine, pool_master)
-        assert machine.wait_for_boot() == 0
-        machine.restart_engine()
-        registered(machine, pool_master, count=2)
-        info = machine.agent_container()
-        assert info is not None and info["State"]["Running"]
-
-
 def test_a_failing_startup_script_stops_the_boot_before_the_agent_and_says_so(
     path: Path, clouds: Any, pool_master: LocalDetermined
 ) -> None:
@@ -198,3 +185,25 @@ def test_a_failing_startup_script_stops_the_boot_before_the_agent_and_says_so(
         )
         assert machine.agent_container() is None
         assert pool_master.registrations() == []
+
+
+def test_the_agent_comes_back_once_after_the_engine_restarts_at_a_reboot(
+    path: Path, clouds: Any, pool_master: LocalDetermined
+) -> None:
+    """The Docker Engine restarts (``--restart always`` brings the agent back); GCE also
+    runs the startup script again, which starts the agent container that is there and
+    no second one."""
+    sent = launch(path, clouds, pool_master.url)
+    with booted(sent, pool_master) as machine:
+        registered(machine, pool_master)
+        assert machine.wait_for_boot() == 0
+        machine.reboot()
+        registered(machine, pool_master, count=2)
+        assert machine.wait_for_boot() == 0
+        if sent.cloud == "gcp":
+            assert "the agent container exists already (a reboot): starting it." in (
+                machine.console
+            )
+        names = machine.docker("ps", "-a", "--format", "{{.Names}}").split()
+        assert names == ["determined-agent"]
+        assert machine.agent_running()

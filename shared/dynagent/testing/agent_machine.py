@@ -59,6 +59,8 @@ from dynagent.testing.netns import listen_in, netns_path
 AGENT_CONTAINER: Final = "determined-agent"
 # What cloud-init gives a user-data script (no venv, no test-runner variables).
 BOOT_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Where the machine keeps its user data (its /run is its own).
+_USER_DATA: Final = "/run/dynagent/user-data"
 STATE_ROOT: Final = "/var/tmp"  # not /tmp: the machine mounts its own /tmp
 _TOOLS: Final = {
     "dockerd": "docker.io",
@@ -206,13 +208,16 @@ class AgentMachine:
         if self._boot is not None:
             raise RuntimeError("this machine has booted already")
         assert self._state is not None
-        script = self.namespace.path("/run/dynagent/user-data")
+        script = self.namespace.path(_USER_DATA)
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(user_data)
         script.chmod(0o700)
-        with self._console_path.open("wb") as console:
+        self._run_boot("wb")
+
+    def _run_boot(self, mode: str) -> None:
+        with self._console_path.open(mode) as console:
             self._boot = subprocess.Popen(
-                [*self.namespace.nsenter(), "/run/dynagent/user-data"],
+                [*self.namespace.nsenter(), _USER_DATA],
                 stdin=subprocess.DEVNULL,
                 stdout=console,
                 stderr=subprocess.STDOUT,
@@ -337,6 +342,18 @@ class AgentMachine:
         return self.namespace.path(path).read_text(errors="replace")
 
     # -- events -----------------------------------------------------------------------
+
+    def reboot(self) -> None:
+        """A reboot as the cloud does it, after the boot ended: the engine starts again
+        (``--restart always`` containers return), and on GCE the startup script runs
+        again, as it does at every boot (cloud-init runs EC2 user data once per
+        instance). Simpler than a reboot: the machine's files and /run stay as they were."""
+        if self._boot is None or self._boot.poll() is None:
+            raise RuntimeError("reboot after the boot has ended")
+        self.restart_engine()
+        if self.cloud == "gcp":
+            self._boot = None
+            self._run_boot("ab")
 
     def restart_engine(self) -> None:
         """Stop dockerd and start it again in the same machine, as a service restart or
