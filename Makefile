@@ -38,7 +38,7 @@ unit: $(STAMP) $(DET_STAMP) machine-tools
 	$(BIN)/pytest -q
 	$(DET_VENV)/bin/pytest -q -p no:cacheprovider tests/determined
 
-# The agent machine tests (tests/machine) boot user data on a real Docker Engine: as root
+# The agent machine tests (tests/machines) boot user data on a real Docker Engine: as root
 # with apt-get, install Debian's docker.io and busybox-static where dockerd or the static
 # busybox is missing; otherwise do nothing (the tests then skip, saying why, or fail in CI).
 machine-tools:

@@ -5,6 +5,6 @@ where they can run (skipped with the reason elsewhere; a failure with
 from __future__ import annotations
 
 from ..gcp.conftest import compute, local_compute
-from ..machine.conftest import machines_available
+from ..machines.conftest import machines_available
 
 __all__ = ["compute", "local_compute", "machines_available"]
