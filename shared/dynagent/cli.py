@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from dynagent import status_command
+from dynagent.boot.master import master_address
 from dynagent.bridge import command as bridge_command
 from dynagent.config import AwsProvider, Config, ConfigError, load_config
 from dynagent.durations import format_duration
@@ -97,6 +98,19 @@ def describe_config(config: Config) -> list[str]:
         if p.warm_headroom_slots:
             lines.append(f"  keeps {p.warm_headroom_slots} free slots warm on its smallest shape")
         lines += [f"  warning: {warning}" for warning in p.warnings()]
+        master = master_address(p.master_url)
+        if master.needs_resolving:
+            said = f"names {master.host}" if master.host else "has no host"
+            lines.append(
+                f"  master_url {said} (the master's own address): run `dynagent bridge "
+                "--master-host ec2` (or gce) on the master's host; it publishes the address"
+            )
+        elif master.host in ("127.0.0.1", "localhost", "::1"):
+            lines.append(
+                f"  master_url {p.master_url} is loopback: agents on other machines cannot "
+                "reach it; write the master's address, or http://local-ipv4:8080 (Determined's "
+                "way) with the bridge on the master's host"
+            )
     lines += [
         f"pool {name}: not autoscaled (no aws or gcp provider), left to the master"
         for name in config.static_pools

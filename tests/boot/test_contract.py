@@ -247,3 +247,14 @@ def test_a_snapshot_without_master_addresses_stays_readable() -> None:
     assert parse_snapshot(json.dumps(document)).master_addresses is None
     document["master_addresses"] = {"internal-ip": "10.128.0.2"}
     assert parse_snapshot(json.dumps(document)).master_addresses == {"internal-ip": "10.128.0.2"}
+
+
+def test_validate_says_an_alias_master_url_needs_the_bridge_on_the_masters_host() -> None:
+    from dynagent.cli import describe_config
+    from dynagent.config import Config
+
+    pools = {"gpu": aws(master_url="http://local-ipv4:8080"), "t4": gcp()}
+    lines = describe_config(Config(pools=pools))
+    alias, loopback = [line for line in lines if "master_url" in line]
+    assert "names local-ipv4" in alias and "dynagent bridge --master-host ec2" in alias
+    assert "http://127.0.0.1:8080 is loopback: agents on other machines cannot" in loopback
