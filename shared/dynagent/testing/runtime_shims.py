@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -150,7 +151,7 @@ def install_shims(directory: Path, gpus: int, inside: Callable[[Path], str]) -> 
     maps a host path to where the machine (its dockerd and runc) sees it."""
     directory.mkdir(parents=True, exist_ok=True)
     if gpus > 0:
-        _write(directory / HOOK_NAME, _HOOK.format(python=sys.executable, gpus=gpus))
+        _write(directory / HOOK_NAME, _HOOK.format(python=_interpreter(), gpus=gpus))
     dropped = missing_capabilities()
     runc = shutil.which("runc")
     if dropped and runc is not None:
@@ -158,7 +159,7 @@ def install_shims(directory: Path, gpus: int, inside: Callable[[Path], str]) -> 
         filter_path.write_text(_RUNC_FILTER.format(dropped=sorted(dropped)))
         _write(
             directory / "runc",
-            _RUNC.format(python=sys.executable, filter=inside(filter_path), runc=runc),
+            _RUNC.format(python=_interpreter(), filter=inside(filter_path), runc=runc),
         )
     return directory
 
@@ -166,3 +167,16 @@ def install_shims(directory: Path, gpus: int, inside: Callable[[Path], str]) -> 
 def _write(path: Path, text: str) -> None:
     path.write_text(text)
     path.chmod(0o755)
+
+
+def _interpreter() -> str:
+    """A Python the machine can run (the shims use its standard library only): the one
+    behind this process's virtual environment. A checkout under /tmp or /var/tmp has its
+    venv there, which the machine's own tmpfs covers."""
+    real = os.path.realpath(sys.executable)
+    if not real.startswith(("/tmp/", "/var/tmp/")):
+        return real
+    system = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if system is None:
+        raise RuntimeError(f"no Python outside /tmp for the machine's shims (have {real})")
+    return system
