@@ -1,12 +1,13 @@
-"""End to end with a real agent: a task waits in the local Determined master; ``dynagent
-bridge`` (the command, on the master's host) publishes the pool to an SQS queue on the
-local AWS; the reconcile Lambda's code launches an instance; the user data EC2 got boots
-on a real Docker Engine; the agent registers with the master; the bridge publishes it;
-the next reconcile marks the instance registered; the master places the task there.
+"""End to end with a real agent, on each cloud: a task waits in the local Determined
+master; ``dynagent bridge`` (the command, on the master's host) publishes the pool to an
+SQS queue on the local AWS, or a Pub/Sub topic on the emulator; the reconcile function's
+code launches a machine; the boot script the cloud got boots on a real Docker Engine;
+the agent registers with the master; the bridge publishes it; the next reconcile marks
+the machine registered; the master places the task there.
 
-The pool keeps Determined's way of naming the master (``master_url: http://local-ipv4:
-PORT``): the bridge reads the master host's address from its metadata service (a
-stand-in on loopback here) and the boot script dials what it said.
+The pools keep Determined's way of naming the master (``master_url: http://local-ipv4:
+PORT``, ``internal-ip`` on GCP): the bridge reads the master host's address from its
+metadata service (a stand-in on loopback here) and the boot script dials what it said.
 """
 
 from __future__ import annotations
@@ -23,12 +24,17 @@ from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.tags import MARK_TAGS
 from dynagent.config import load_config
 from dynagent.fleet import Mark
+from dynagent.gcp.functions import GcpFunctions
+from dynagent.gcp.labels import MARK_LABELS
 from dynagent.gpus import aws_gpus
 from dynagent.testing.agent_machine import AgentMachine
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.determined import DEFAULT_PASSWORD, AgentRegistration, LocalDetermined
 from dynagent.testing.event_source import deliver_once
-from dynagent.testing.metadata_service import MetadataService, aws_metadata
+from dynagent.testing.gce import LocalCompute
+from dynagent.testing.metadata_service import MetadataService, aws_metadata, gcp_metadata
+from dynagent.testing.pubsub import PubSubEmulator
+from dynagent.testing.pubsub_events import deliver_pulled
 
 from ..aws.helpers import (
     fifo_queue,
@@ -38,15 +44,18 @@ from ..aws.helpers import (
     tags_of,
     write_config,
 )
+from ..gcp.helpers import gcp_pool_document, managed
 
 POOL = "gpu"
 
 
-def bridge_once(master: LocalDetermined, config: Path, queue: str, env: dict[str, str]) -> None:
+def bridge_once(
+    master: LocalDetermined, config: Path, to: str, env: dict[str, str], host: str = "ec2"
+) -> None:
     """``dynagent bridge --once`` as an admin runs it next to the master."""
     done = subprocess.run(
         [sys.executable, "-m", "dynagent.cli", "bridge", "--master", master.url,
-         "--config", str(config), "--to", queue, "--once", "--master-host", "ec2"],
+         "--config", str(config), "--to", to, "--once", "--master-host", host],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -105,5 +114,64 @@ def test_a_snapshot_launches_a_machine_whose_agent_registers_and_runs_the_task(
             assert master.task_state(trial) == "RUNNING"
             assert list(master.placement(trial)) == [instance_id]
             assert machine.agent_running()
+    finally:
+        host_metadata.close()
+
+
+def test_on_gcp_a_snapshot_launches_a_vm_whose_agent_registers_and_runs_the_task(
+    compute: LocalCompute, pubsub_emulator: PubSubEmulator, publisher: Any, subscriber: Any,
+    names: Any, master: LocalDetermined, machines_available: None, tmp_path: Path,
+) -> None:  # fmt: skip
+    master.add_pool(POOL, "STATIC")
+    trial = master.submit("trial-1", 4, POOL).task_id
+    document = gcp_pool_document(
+        POOL, startup_script="", agent_docker_network="default",
+        master_url=f"http://internal-ip:{master.port}",
+    )  # fmt: skip
+    config = write_config(tmp_path / "pools.yaml", document)
+    topic = pubsub_emulator.topic_path(names("e2e-boot"))
+    subscription = pubsub_emulator.subscription_path(names("e2e-boot"))
+    publisher.create_topic(name=topic)
+    subscriber.create_subscription(
+        request={"name": subscription, "topic": topic, "enable_message_ordering": True}
+    )
+    instances, operations = compute.instances_client(), compute.zone_operations_client()
+    functions = GcpFunctions(
+        load_config(config),
+        instances=lambda: instances,
+        operations=lambda: operations,
+        sleep=lambda _: None,
+    )
+    listener = socket.create_server(("127.0.0.1", 0))
+    values = {**gcp_metadata("det-master", "us-central1-a"),
+              "instance/network-interfaces/0/ip": "127.0.0.1"}  # fmt: skip
+    host_metadata = MetadataService("gcp", values, listener)
+    env = {
+        **os.environ,
+        **pubsub_emulator.env(),
+        "DET_USER": "admin",
+        "DET_PASS": DEFAULT_PASSWORD,
+        "GCE_METADATA_HOST": f"127.0.0.1:{listener.getsockname()[1]}",
+    }
+    try:
+        bridge_once(master, config, topic, env, host="gce")
+        assert deliver_pulled(subscriber, subscription, topic, functions.reconcile_event) == 1
+        (vm,) = managed(compute, POOL)
+        (script,) = [i["value"] for i in vm["metadata"]["items"] if i["key"] == "startup-script"]
+        assert "-e DET_MASTER_HOST=127.0.0.1 " in script  # what the bridge published
+
+        with AgentMachine("gcp", vm["name"], gpus=4, master=master) as machine:
+            machine.boot(script)
+            machine.wait_for(master.registrations, timeout=30, what="the agent to register")
+            assert master.registrations() == [AgentRegistration(vm["name"], POOL, 4, "cuda")]
+
+            bridge_once(master, config, topic, env, host="gce")
+            assert deliver_pulled(subscriber, subscription, topic, functions.reconcile_event)
+            (seen,) = managed(compute, POOL)
+            assert MARK_LABELS[Mark.REGISTERED] in seen["labels"]
+
+            master.schedule()
+            assert master.task_state(trial) == "RUNNING"
+            assert list(master.placement(trial)) == [vm["name"]]
     finally:
         host_metadata.close()
