@@ -253,8 +253,8 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     smallest = ctx.smallest
     if smallest is None:
         return tuple(launches), demand
-    # A zero-slot task runs on any agent, busy or not: it needs one only if there is none.
-    if zero_slot and not live and not launches and provider.max_instances > 0:
+    # A zero-slot task runs on any agent, busy or not: it needs one only if none takes it.
+    if zero_slot and not launches and provider.max_instances > 0 and not _taking(ctx, live):
         launches.append(
             Launch(
                 reason=f"pending zero-slot tasks need an agent: {', '.join(zero_slot)}",
@@ -385,7 +385,7 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             marked = _marks_say(instance.marks, agent)
             if marked and agent.used_slots:
                 # Busy, and its marks say so: the common case; only spare slots to note.
-                if agent.used_slots < agent.slots and (drain or not agent.draining):
+                if agent.used_slots < agent.slots and _takes_tasks(agent, drain):
                     spare = Existing(agent.slots, agent.slots - agent.used_slots, arriving=False)
                     survey.room.append((instance.id, spare))
                 continue
@@ -405,9 +405,7 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             # The warm headroom guard counts them, so the sweep keeps what it needs.
             slots = ctx.slots(instance, None)
             survey.room.append((instance.id, Existing(slots, slots, arriving=False)))
-        elif agent is not None and agent.used_slots < agent.slots and (drain or not agent.draining):
-            # A draining agent takes no task: only in a drained pool does its publisher
-            # enable it again for pending ones (the bridge does); elsewhere it is no room.
+        elif agent is not None and agent.used_slots < agent.slots and _takes_tasks(agent, drain):
             free = agent.slots - agent.used_slots
             survey.room.append((instance.id, Existing(agent.slots, free, arriving=False)))
         if with_snapshot and not marked:
@@ -415,6 +413,14 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             if changes:
                 survey.marks.append((instance.id, changes))
     return survey
+
+
+def _takes_tasks(agent: Agent, drain: bool) -> bool:
+    """Whether pending tasks may count on the agent's free slots. A draining agent takes
+    no task: only in a drained pool does its publisher enable it again for pending ones
+    (the bridge does); elsewhere it is no room. A disabled one (an admin's, or one the
+    master waits for) is no room anywhere: nobody enables it for them."""
+    return agent.enabled and (drain or not agent.draining)
 
 
 def _remove_stopped(ctx: _Context, instance: Instance) -> None:
@@ -669,6 +675,22 @@ def _live_count(ctx: _Context) -> int:
     """Instances and requests that are or will become agents, after this plan's removals."""
     requests = ctx.fleet.spot_requests
     return ctx.kept_count + sum(1 for r in requests if _request_is_capacity(ctx, r))
+
+
+def _taking(ctx: _Context, live: int) -> int:
+    """Of the ``live`` instances and requests, those a task may go to: all but the kept
+    agents that take no task (``_takes_tasks``)."""
+    drain = ctx.provider.drain_idle_agents
+    barred = sum(
+        1
+        for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True)
+        if agent is not None
+        and not _takes_tasks(agent, drain)
+        and instance.live
+        and instance.id not in ctx.terminations
+        and instance.id not in ctx.going
+    )
+    return live - barred
 
 
 def _mark_writes(

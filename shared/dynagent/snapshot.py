@@ -52,9 +52,18 @@ class PendingTask:
 class Agent:
     """An agent connected to the master; ``id`` is the instance id for dynamic agents.
 
-    Optional within version 1: ``draining`` (the master places nothing new on it: it was
-    disabled with drain) and ``tasks``, the tasks running on it, zero-slot ones included
-    (they use no slot, so ``used_slots`` alone would call the agent idle).
+    Optional within version 1:
+
+    - ``draining``: the publisher disabled it with drain (the master places nothing new
+      on it). In a pool with ``drain_idle_agents`` this is what lets the functions
+      terminate it once idle, and the publisher enables it again for pending tasks.
+    - ``enabled``: false when the master places nothing new on it and the publisher
+      will not enable it again for pending tasks: an admin disabled it (with drain or
+      without), or the master waits for it to reconnect. Its free slots are never room
+      for pending tasks; whether it may be terminated is the pool's rule as for any
+      agent (with ``drain_idle_agents``, only once reported ``draining``).
+    - ``tasks``: the tasks running on it, zero-slot ones included (they use no slot, so
+      ``used_slots`` alone would call the agent idle).
     """
 
     id: str = Field(min_length=1)
@@ -62,6 +71,7 @@ class Agent:
     used_slots: int = Field(ge=0)
     draining: bool = False
     tasks: int = Field(default=0, ge=0)
+    enabled: bool = True
 
     @model_validator(mode="after")
     def _used_within_slots(self) -> Agent:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,13 +17,23 @@ import pytest
 from dynagent.bridge.client import Credentials, MasterClient
 from dynagent.bridge.loop import Bridge, BridgeRefused
 from dynagent.config import Config, config_from_document
+from dynagent.decide import decide
 from dynagent.snapshot import Snapshot
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
+from tests.core.builders import agent_instance, ago, fleet
 
 START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+POOL = "a100"
+# The pools beside the one under test in the three-pool runs: one drained, one not and
+# at its min_instances. Each has a busy agent; v100 an idle one too, which it drains.
+NEIGHBOURS: dict[str, dict[str, Any]] = {
+    "v100": {"drain_idle_agents": True},
+    "t4": {"drain_idle_agents": False, "min_instances": 1},
+}
+NEIGHBOUR_AGENTS = {"v100": ("v-1", "v-2"), "t4": ("t-1",)}
 
 
-def pool_config(drain: bool = False, **provider: Any) -> Config:
+def provider_fields(drain: bool = False, **provider: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "type": "aws",
         "region": "us-west-2",
@@ -34,7 +45,71 @@ def pool_config(drain: bool = False, **provider: Any) -> Config:
         "max_idle_agent_period": "5m",
     }
     fields.update(provider)
-    return config_from_document({"resource_pools": [{"pool_name": "a100", "provider": fields}]})
+    return fields
+
+
+def pools_config(pools: dict[str, dict[str, Any]]) -> Config:
+    return config_from_document(
+        {
+            "resource_pools": [
+                {"pool_name": name, "provider": provider_fields(**fields)}
+                for name, fields in pools.items()
+            ]
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The pools a test runs with: ``a100``, the pool under test, alone or with the
+    NEIGHBOURS, which must change nothing of what the bridge does for it."""
+
+    neighbours: bool
+
+    @property
+    def names(self) -> list[str]:
+        return [POOL, *NEIGHBOURS] if self.neighbours else [POOL]
+
+    def config(self, drain: bool = False, **provider: Any) -> Config:
+        pools = {POOL: {"drain": drain, **provider}}
+        if self.neighbours:
+            pools |= NEIGHBOURS
+        return pools_config(pools)
+
+    def cluster(self, master: LocalDetermined) -> None:
+        """Two idle 8-slot agents in a100, i-1 and i-2; the neighbours' agents, the
+        first of each busy with an 8-slot trial."""
+        master.add_pool(POOL, "STATIC")
+        master.add_agent("i-1", POOL, 8)
+        master.add_agent("i-2", POOL, 8)
+        if not self.neighbours:
+            return
+        for name, agents in NEIGHBOUR_AGENTS.items():
+            master.add_pool(name, "STATIC")
+            for agent_id in agents:
+                master.add_agent(agent_id, name, 8)
+            master.submit(f"{name}-trial", 8, name)
+        master.schedule()
+
+    def ours(self, snapshots: list[Snapshot]) -> Snapshot:
+        """a100's snapshot among a pass's; every pool published once."""
+        assert sorted(s.pool for s in snapshots) == sorted(self.names)
+        return next(s for s in snapshots if s.pool == POOL)
+
+
+@pytest.fixture(params=[False, True], ids=["one pool", "three pools"])
+def layout(request: pytest.FixtureRequest) -> Layout:
+    return Layout(neighbours=request.param)
+
+
+def pool_config(drain: bool = False, **provider: Any) -> Config:
+    return pools_config({POOL: {"drain": drain, **provider}})
+
+
+def disables(master: LocalDetermined, agents: tuple[str, ...] = ("i-1", "i-2")) -> list[str]:
+    """The agents of a100 (by default) the master was asked to disable, in order."""
+    paths = [c.path for c in master.calls() if c.path.endswith("/disable")]
+    return [p.split("/")[-2] for p in paths if p.split("/")[-2] in agents]
 
 
 @dataclass
@@ -71,66 +146,67 @@ def bridge_for(master: LocalDetermined, config: Config, **kw: Any) -> tuple[Brid
     return Bridge(config, client, sink, clock=Clock(), logger=Log(), **kw), sink
 
 
-def cluster(master: LocalDetermined) -> None:
-    master.add_pool("a100", "STATIC")
-    master.add_agent("i-1", "a100", 8)
-    master.add_agent("i-2", "a100", 8)
-
-
-def test_a_pass_publishes_what_the_master_shows(master: LocalDetermined) -> None:
-    cluster(master)
-    master.submit("trial-1", 8, "a100")
-    master.submit("cmd-1", 0, "a100", "COMMAND")
+def test_a_pass_publishes_what_the_master_shows(master: LocalDetermined, layout: Layout) -> None:
+    layout.cluster(master)
+    master.submit("trial-1", 8, POOL)
+    master.submit("cmd-1", 0, POOL, "COMMAND")
     master.schedule()  # trial-1 on one agent, cmd-1 (no slot) on the other or the same
-    master.submit("trial-2", 16, "a100")
-    bridge, sink = bridge_for(master, pool_config())
+    master.submit("trial-2", 16, POOL)
+    bridge, sink = bridge_for(master, layout.config())
 
-    (snapshot,) = bridge.run_once()
-    assert sink.snapshots == [snapshot] and snapshot.pool == "a100"
+    snapshot = layout.ours(bridge.run_once())
+    assert sorted(s.pool for s in sink.snapshots) == sorted(layout.names)
     assert [(t.slots) for t in snapshot.pending] == [16]
     agents = {a.id: (a.slots, a.used_slots, a.tasks, a.draining) for a in snapshot.agents}
+    assert set(agents) == {"i-1", "i-2"}
     busy = {a for a, (_, used, _, _) in agents.items() if used}
     assert len(busy) == 1 and agents[busy.pop()][:2] == (8, 8)
     assert sum(tasks for _, _, tasks, _ in agents.values()) == 2  # the command shows too
 
 
-def test_queued_jobs_past_the_first_page_are_all_read(master: LocalDetermined) -> None:
-    cluster(master)
+def test_queued_jobs_past_the_first_page_are_all_read(
+    master: LocalDetermined, layout: Layout
+) -> None:
+    layout.cluster(master)
     for n in range(130):
-        master.submit(f"trial-{n}", 8, "a100")
-    bridge, _ = bridge_for(master, pool_config())
-    (snapshot,) = bridge.run_once()
+        master.submit(f"trial-{n}", 8, POOL)
+    bridge, _ = bridge_for(master, layout.config())
+    snapshot = layout.ours(bridge.run_once())
     assert len(snapshot.pending) == 130
-    offsets = [dict(c.query).get("offset") for c in master.calls() if "job-queues-v2" in c.path]
-    assert offsets == ["0", "100"]
+    queries = [dict(c.query) for c in master.calls() if "job-queues-v2" in c.path]
+    assert [q.get("offset") for q in queries if q.get("resourcePool") == POOL] == ["0", "100"]
 
 
-def test_nothing_changed_publishes_nothing_until_the_heartbeat(master: LocalDetermined) -> None:
-    cluster(master)
-    bridge, _ = bridge_for(master, pool_config())
+def test_nothing_changed_publishes_nothing_until_the_heartbeat(
+    master: LocalDetermined, layout: Layout
+) -> None:
+    layout.cluster(master)
+    bridge, _ = bridge_for(master, layout.config())
     clock = bridge.clock
     assert isinstance(clock, Clock)
-    first = bridge.run_once()
+    first = layout.ours(bridge.run_once())
     clock.now += timedelta(seconds=10)
     assert bridge.run_once() == []
-    master.submit("trial", 8, "a100")
+    master.submit("trial", 8, POOL)
     clock.now += timedelta(seconds=1)
-    (changed,) = bridge.run_once()
+    (changed,) = bridge.run_once()  # the neighbours did not change
     clock.now += timedelta(seconds=30)
-    (beat,) = bridge.run_once()
-    assert first[0].seq < changed.seq < beat.seq
+    beat = layout.ours(bridge.run_once())
+    assert first.seq < changed.seq < beat.seq and changed.pool == POOL
     # A restarted bridge goes on from a higher seq: it comes from the clock.
-    restarted, _ = bridge_for(master, pool_config())
+    restarted, _ = bridge_for(master, layout.config())
     restarted.clock = lambda: beat.time + timedelta(milliseconds=1)
-    assert restarted.run_once()[0].seq > beat.seq
+    assert min(s.seq for s in restarted.run_once()) > beat.seq
 
 
 @pytest.mark.parametrize("fault", ["down", "502", "500", "half page"])
-def test_a_master_not_read_whole_publishes_nothing(master: LocalDetermined, fault: str) -> None:
-    cluster(master)
+def test_a_master_not_read_whole_publishes_nothing(
+    master: LocalDetermined, layout: Layout, fault: str
+) -> None:
+    layout.cluster(master)
     for n in range(120):
-        master.submit(f"trial-{n}", 8, "a100")
-    bridge, _ = bridge_for(master, pool_config())
+        master.submit(f"trial-{n}", 8, POOL)
+    bridge, _ = bridge_for(master, layout.config())
     if fault == "down":
         master.down()
     elif fault == "502":
@@ -145,19 +221,19 @@ def test_a_master_not_read_whole_publishes_nothing(master: LocalDetermined, faul
     log = bridge.logger
     assert isinstance(log, Log)
     master.up()
-    assert len(bridge.run_once()) == 1
+    assert len(layout.ours(bridge.run_once()).pending) == 120
     assert sum("unavailable" in line for line in log.lines) == 1
     assert any("answering again" in line for line in log.lines)
 
 
-def test_an_expired_session_logs_in_again(master: LocalDetermined) -> None:
-    cluster(master)
-    bridge, _ = bridge_for(master, pool_config())
+def test_an_expired_session_logs_in_again(master: LocalDetermined, layout: Layout) -> None:
+    layout.cluster(master)
+    bridge, _ = bridge_for(master, layout.config())
     bridge.run_once()
     master.expire_tokens()
     master.clear_calls()
     bridge.clock = lambda: START + timedelta(minutes=1)
-    assert len(bridge.run_once()) == 1
+    layout.ours(bridge.run_once())
     paths = [(c.path, c.status) for c in master.calls()]
     assert paths[:3] == [
         ("/api/v1/resource-pools", 401),
@@ -166,10 +242,13 @@ def test_an_expired_session_logs_in_again(master: LocalDetermined) -> None:
     ]
 
 
-def test_a_pool_determined_provisions_is_refused(master: LocalDetermined) -> None:
-    master.add_pool("a100", "AWS", slots_per_agent=8)
-    bridge, sink = bridge_for(master, pool_config())
-    with pytest.raises(BridgeRefused, match="provisioned by the master itself"):
+def test_a_pool_determined_provisions_is_refused(master: LocalDetermined, layout: Layout) -> None:
+    master.add_pool(POOL, "AWS", slots_per_agent=8)
+    if layout.neighbours:
+        for name in NEIGHBOURS:
+            master.add_pool(name, "STATIC")
+    bridge, sink = bridge_for(master, layout.config())
+    with pytest.raises(BridgeRefused, match=f"pool {POOL!r} is provisioned by the master"):
         bridge.run_once()
     assert sink.snapshots == []
 
@@ -181,28 +260,30 @@ def advance(bridge: Bridge, minutes: float) -> None:
 
 
 def test_an_idle_agent_is_drained_then_reported_and_enabled_for_new_work(
-    master: LocalDetermined,
+    master: LocalDetermined, layout: Layout
 ) -> None:
-    cluster(master)
-    master.submit("trial", 8, "a100")
+    layout.cluster(master)
+    master.submit("trial", 8, POOL)
     master.schedule()
-    bridge, _ = bridge_for(master, pool_config(drain=True))
+    bridge, _ = bridge_for(master, layout.config(drain=True))
     bridge.run_once()  # i-2 idle from now
     advance(bridge, 6)
-    (snapshot,) = bridge.run_once()
+    snapshot = layout.ours(bridge.run_once())
     drained = [a.id for a in snapshot.agents if a.draining]
     assert len(drained) == 1 and master.agent_state(drained[0]) == (False, True)
-    disables = [c for c in master.calls() if c.path.endswith("/disable")]
-    assert len(disables) == 1
+    assert disables(master) == drained
+    # The bridge's own drain is not an admin's: the agent is for pending tasks again.
+    assert all(a.enabled for a in snapshot.agents)
 
     # New work: the drained agent is enabled again, before any snapshot shows the task
     # without it; an agent already reported draining only once no function can act on
     # that report any more (the end-to-end test found a task killed otherwise).
-    master.submit("trial-2", 8, "a100")
+    master.submit("trial-2", 8, POOL)
     advance(bridge, 0.1)
-    (snapshot,) = bridge.run_once()
+    snapshot = next(s for s in bridge.run_once() if s.pool == POOL)
     assert master.agent_state(drained[0]) == (False, True)  # still drained in the master
     assert not any(a.draining for a in snapshot.agents)  # the report withdrawn at once
+    assert all(a.enabled for a in snapshot.agents)  # and its slots are room
     assert [t.slots for t in snapshot.pending] == [8]
     advance(bridge, 0.5)
     bridge.run_once()
@@ -213,41 +294,146 @@ def test_an_idle_agent_is_drained_then_reported_and_enabled_for_new_work(
     master.schedule()
 
 
-def test_no_drain_below_min_instances_or_without_the_option(master: LocalDetermined) -> None:
-    cluster(master)
-    for config in (pool_config(), pool_config(drain=True, min_instances=2)):
+def test_no_drain_below_min_instances_or_without_the_option(
+    master: LocalDetermined, layout: Layout
+) -> None:
+    layout.cluster(master)
+    for config in (layout.config(), layout.config(drain=True, min_instances=2)):
         bridge, _ = bridge_for(master, config)
         bridge.run_once()
         advance(bridge, 30)
         bridge.run_once()
-    assert not [c for c in master.calls() if c.path.endswith("/disable")]
+    assert disables(master) == []
+    if layout.neighbours:
+        # v100 drains its idle agent (the second bridge, a restart, claims it again);
+        # t4, at min_instances and not drained, does not.
+        assert disables(master, ("v-1", "v-2", "t-1")) == ["v-2", "v-2"]
 
 
-def test_a_reconnecting_agent_is_never_reported_draining(master: LocalDetermined) -> None:
-    cluster(master)
+def test_a_reconnecting_agent_is_never_reported_draining(
+    master: LocalDetermined, layout: Layout
+) -> None:
+    layout.cluster(master)
     master.reconnecting("i-2")
-    bridge, _ = bridge_for(master, pool_config(drain=True, min_instances=1))
-    (snapshot,) = bridge.run_once()
+    bridge, _ = bridge_for(master, layout.config(drain=True, min_instances=1))
+    snapshot = layout.ours(bridge.run_once())
     # Listed draining by the master, but this bridge did not drain it: it tries to, the
-    # master refuses (HTTP 500), and the snapshot does not call it draining.
-    assert {a.id: a.draining for a in snapshot.agents} == {"i-1": False, "i-2": False}
+    # master refuses (HTTP 500), and the snapshot does not call it draining. The master
+    # places nothing on it meanwhile: its slots are no room.
+    agents = {a.id: (a.draining, a.enabled) for a in snapshot.agents}
+    assert agents == {"i-1": (False, True), "i-2": (False, False)}
     assert any("could not drain agent i-2" in line for line in bridge.logger.lines)  # type: ignore[attr-defined]
     master.reconnecting("i-2", False)
     advance(bridge, 6)
     bridge.run_once()
     advance(bridge, 6)
-    (snapshot,) = bridge.run_once()
+    snapshot = next(s for s in bridge.run_once() if s.pool == POOL)
     assert [a.id for a in snapshot.agents if a.draining] == ["i-1"]  # the longest idle
 
 
-def test_print_once_from_the_command_line(master: LocalDetermined, tmp_path: Path) -> None:
-    cluster(master)
-    master.submit("trial", 8, "a100")
-    config = tmp_path / "pools.yaml"
-    config.write_text(
-        "resource_pools:\n  - pool_name: a100\n    provider: {type: aws, region: us-west-2, "
-        "image_id: ami-12345678, instance_type: p4d.24xlarge, master_url: http://x:8080}\n"
+@pytest.mark.parametrize("drain", [False, True], ids=["no drain", "drain"])
+@pytest.mark.parametrize("admin_drain", [False, True], ids=["disabled", "disabled with drain"])
+def test_an_agent_an_admin_disabled_is_published_not_enabled(
+    master: LocalDetermined, layout: Layout, drain: bool, admin_drain: bool
+) -> None:
+    """Published ``enabled: false`` and not ``draining`` (the bridge did not drain it):
+    the functions count none of its free slots, and launch for the task the master
+    will not place there; termination stays the pool's rule."""
+    layout.cluster(master)
+    trial = master.submit("trial-1", 4, POOL).task_id
+    master.schedule()
+    (busy,) = master.placement(trial)
+    idle = ({"i-1", "i-2"} - {busy}).pop()
+    admin_disable(master, busy, drain=True)  # keeps its trial, 4 free slots
+    admin_disable(master, idle, drain=admin_drain)
+    master.submit("trial-2", 4, POOL)
+    bridge, _ = bridge_for(master, layout.config(drain=drain))
+    snapshot = layout.ours(bridge.run_once())
+    agents = {a.id: (a.enabled, a.draining, a.used_slots) for a in snapshot.agents}
+    if drain and admin_drain:
+        # Idle and listed draining: claimed as the bridge's own drain (README), so the
+        # bridge enables it again for pending tasks, and it is room.
+        assert agents == {busy: (False, False, 4), idle: (True, True, 0)}
+        return
+    assert agents == {busy: (False, False, 4), idle: (False, False, 0)}
+    assert [t.slots for t in snapshot.pending] == [4]
+    config = layout.config(drain=drain).pool(POOL)
+    instances = fleet(agent_instance(busy), agent_instance(idle, idle_since=ago(hours=1)))
+    plan = decide(config, instances, snapshot, snapshot.time)
+    assert [launch.tasks for launch in plan.launches] == [(snapshot.pending[0].task,)]
+    # Without drain the idle period terminates it as any agent; with drain it stays.
+    assert [t.instance_id for t in plan.terminations] == ([] if drain else [idle])
+
+
+def admin_disable(master: LocalDetermined, agent_id: str, *, drain: bool) -> None:
+    """What ``det agent disable [--drain]`` does: the API call, as an admin."""
+    request = urllib.request.Request(
+        f"{master.url}/api/v1/agents/{agent_id}/disable",
+        data=json.dumps({"drain": drain}).encode(),
+        headers={
+            "Authorization": f"Bearer {master.login('admin')}",
+            "Content-Type": "application/json",
+        },
+        method="POST",
     )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def test_three_drained_pools_each_drain_their_idle_agents_in_time(
+    master: LocalDetermined,
+) -> None:
+    """Found against the local master: one idle-since memory for all pools, each
+    pool's pass forgetting the others' agents, drained no agent at all but the last
+    pool's. Each idle agent is drained within two passes of its idle period."""
+    periods = {"a100": "5m", "v100": "3m", "t4": "7m"}
+    config = pools_config(
+        {name: {"drain": True, "max_idle_agent_period": p} for name, p in periods.items()}
+    )
+    agents = [f"{name}-{n}" for name in periods for n in (1, 2, 3)]
+    trials = []
+    for name in periods:
+        master.add_pool(name, "STATIC")
+        for n in (1, 2, 3):
+            master.add_agent(f"{name}-{n}", name, 8)
+        trials.append(master.submit(f"{name}-trial", 8, name).task_id)
+    master.schedule()
+    bridge, _ = bridge_for(master, config)
+    pass_every = timedelta(seconds=5)
+    idle_from = START
+    drained_at: dict[str, datetime] = {}
+    while len(drained_at) < 6 and bridge.clock() - START < timedelta(minutes=10):
+        bridge.run_once()
+        for agent in (a for a in agents if a not in drained_at):
+            if master.agent_state(agent) == (False, True):
+                drained_at[agent] = bridge.clock()
+        advance(bridge, pass_every.total_seconds() / 60)
+    busy = {a for trial in trials for a in master.placement(trial)}
+    assert len(busy) == 3 and set(drained_at) == set(agents) - busy
+    for agent, at in drained_at.items():
+        period = _go(periods[agent.rsplit("-", 1)[0]])
+        assert period <= at - idle_from <= period + pass_every, agent
+
+
+def _go(text: str) -> timedelta:
+    return timedelta(minutes=int(text.removesuffix("m")))
+
+
+@pytest.mark.parametrize("layout", [Layout(False), Layout(True)], ids=["one pool", "three pools"])
+def test_print_once_from_the_command_line(
+    master: LocalDetermined, tmp_path: Path, layout: Layout
+) -> None:
+    layout.cluster(master)
+    master.submit("trial", 8, POOL)
+    config = tmp_path / "pools.yaml"
+    lines = ["resource_pools:"]
+    for name in layout.names:
+        lines += [
+            f"  - pool_name: {name}",
+            "    provider: {type: aws, region: us-west-2, image_id: ami-12345678, "
+            "instance_type: p4d.24xlarge, master_url: http://x:8080}",
+        ]
+    config.write_text("\n".join(lines) + "\n")
     token = tmp_path / "token"
     token.write_text(master.login("admin") + "\n")
     command = [sys.executable, "-m", "dynagent.cli", "bridge", "--master", master.url]
@@ -258,8 +444,9 @@ def test_print_once_from_the_command_line(master: LocalDetermined, tmp_path: Pat
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    (line,) = done.stdout.splitlines()
-    assert json.loads(line)["pending"][0]["slots"] == 8
+    printed = {(s := json.loads(line))["pool"]: s for line in done.stdout.splitlines()}
+    assert sorted(printed) == sorted(layout.names)
+    assert printed[POOL]["pending"][0]["slots"] == 8
     assert master.login("admin") not in done.stderr  # no token in the log
     master.down()
     failed = subprocess.run(
@@ -273,18 +460,18 @@ def test_print_once_from_the_command_line(master: LocalDetermined, tmp_path: Pat
 
 
 def test_a_master_before_0_23_1_is_read_through_the_first_job_queue_api(
-    master: LocalDetermined,
+    master: LocalDetermined, layout: Layout
 ) -> None:
-    cluster(master)
+    layout.cluster(master)
     for n in range(105):
-        master.submit(f"trial-{n}", 8, "a100")
+        master.submit(f"trial-{n}", 8, POOL)
     master.release("0.23.0")  # no job-queues-v2 yet: 501 Not Implemented
-    bridge, _ = bridge_for(master, pool_config())
-    (snapshot,) = bridge.run_once()
+    bridge, _ = bridge_for(master, layout.config())
+    snapshot = layout.ours(bridge.run_once())
     assert len(snapshot.pending) == 105
-    queues = [(c.path, dict(c.query).get("offset"), c.status) for c in master.calls()]
-    queues = [q for q in queues if "job-queues" in q[0]]
-    assert queues == [
+    queues = [(c.path, dict(c.query), c.status) for c in master.calls()]
+    ours = [(p, q.get("offset"), s) for p, q, s in queues if q.get("resourcePool") == POOL]
+    assert ours == [
         ("/api/v1/job-queues-v2", "0", 501),
         ("/api/v1/job-queues", "0", 200),
         ("/api/v1/job-queues", "100", 200),

@@ -11,6 +11,8 @@ What it remembers (when each agent went idle, which agents it drained) lives in 
 process: after a restart, idle periods start over, and an agent the master lists as
 draining is claimed by draining it again, which the master refuses (HTTP 500) for one
 that is only reconnecting. A reconnecting agent is never reported as draining.
+
+One Drainer per pool: each pass forgets the agents its reading no longer lists.
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ class Drainer:
     def reported_draining(self, agent: AgentReading) -> bool:
         """Whether the snapshot may say draining: only agents this bridge drained."""
         return agent.draining and agent.id in self.drained
+
+    def reported_enabled(self, agent: AgentReading) -> bool:
+        """Whether the snapshot says enabled, so its free slots may count as room: the
+        master places work on it, or this bridge drained it and enables it again when
+        pending tasks want it. Not one an admin disabled, nor one reconnecting."""
+        return agent.enabled or agent.id in self.drained
 
     def _enables(self, reading: PoolReading) -> list[DrainAction]:
         """Drained agents back to work while pending tasks need more than the enabled

@@ -53,7 +53,8 @@ class Bridge:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], object] = time.sleep
     logger: Any = field(default_factory=lambda: logging.getLogger("dynagent.bridge"))
-    drainer: Drainer = field(default_factory=Drainer)
+    # By pool: each pool's drain memory (when its agents went idle, which it drained).
+    drainers: dict[str, Drainer] = field(default_factory=dict)
     last: dict[str, _Published] = field(default_factory=dict)
     seq: int = 0
     outage_since: datetime | None = None
@@ -128,13 +129,14 @@ class Bridge:
 
     def _drain(self, pool_name: str, reading: PoolReading, now: datetime) -> PoolReading:
         pool = self.config.pool(pool_name)
+        drainer = self.drainers.setdefault(pool_name, Drainer())
         present = {agent.id for agent in reading.agents}
         reported_at = self.draining_reported.setdefault(pool_name, {})
         for gone in set(reported_at) - present:
             del reported_at[gone]
         withdrawn = self.withdrawn.get(pool_name, set())
         waiting: set[str] = set()
-        for action in self.drainer.actions(pool, reading, now):
+        for action in drainer.actions(pool, reading, now):
             reported = reported_at.get(action.agent_id)
             if action.enable and reported is not None and now - reported < ENABLE_AFTER_REPORT:
                 # Enabled now, the master could place a task on it while a function
@@ -168,10 +170,10 @@ class Bridge:
                 extra={"pool": pool_name},
             )
             if action.enable:
-                self.drainer.drained.discard(action.agent_id)
+                drainer.drained.discard(action.agent_id)
                 reported_at.pop(action.agent_id, None)
             else:
-                self.drainer.drained.add(action.agent_id)
+                drainer.drained.add(action.agent_id)
             reading = reading.with_state(
                 action.agent_id, enabled=action.enable, draining=not action.enable
             )
@@ -181,8 +183,12 @@ class Bridge:
     def _snapshot(self, reading: PoolReading, now: datetime) -> Snapshot | None:
         """The pool's snapshot if it changed or the heartbeat is due, else None."""
         withdrawn = self.withdrawn.get(reading.name, set())
+        drainer = self.drainers.setdefault(reading.name, Drainer())
         agents = tuple(
-            a.as_agent(self.drainer.reported_draining(a) and a.id not in withdrawn)
+            a.as_agent(
+                draining=drainer.reported_draining(a) and a.id not in withdrawn,
+                enabled=drainer.reported_enabled(a),
+            )
             for a in reading.agents
         )
         content = (reading.pending, agents)

@@ -32,13 +32,14 @@ class AgentReading:
     def idle(self) -> bool:
         return self.used_slots == 0 and self.tasks == 0
 
-    def as_agent(self, draining: bool) -> Agent:
+    def as_agent(self, *, draining: bool, enabled: bool) -> Agent:
         return Agent(
             id=self.id,
             slots=self.slots,
             used_slots=self.used_slots,
             draining=draining,
             tasks=self.tasks,
+            enabled=enabled,
         )
 
 
