@@ -23,7 +23,7 @@ class AwsSide:
         self, aws: LocalAws, config: Config, clock: VirtualClock, logger: Recorder
     ) -> None:
         self.aws = aws
-        self.pool = next(iter(config.pools.values()))
+        self.pools = list(config.pools)
         self.ec2 = aws.client("ec2")
         self.sqs = aws.client("sqs")
         self.queue_url = fifo_queue(self.sqs, "e2e-snapshots.fifo")
@@ -74,14 +74,18 @@ class AwsSide:
     def sweep(self) -> None:
         self.functions.sweep()
 
-    def alive(self) -> set[str]:
+    def alive(self) -> dict[str, str]:
         response = self.ec2.describe_instances(
             Filters=[
-                {"Name": f"tag:{POOL_TAG}", "Values": [self.pool.name]},
+                {"Name": f"tag:{POOL_TAG}", "Values": self.pools},
                 {"Name": "instance-state-name", "Values": ["pending", "running"]},
             ]
         )
-        return {i["InstanceId"] for r in response["Reservations"] for i in r["Instances"]}
+        return {
+            i["InstanceId"]: next(t["Value"] for t in i["Tags"] if t["Key"] == POOL_TAG)
+            for r in response["Reservations"]
+            for i in r["Instances"]
+        }
 
     def set_launch_time(self, instance_id: str, when: datetime) -> None:
         self.aws.set_launch_time(instance_id, when)

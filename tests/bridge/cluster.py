@@ -3,13 +3,20 @@ a real queue, the real reconcile and sweep functions, and a local cloud.
 
 The agents in the master are the instances the functions launch: each step, every
 managed instance the cloud shows alive for ``boot`` registers as an agent whose id is
-the instance id (the name on GCP), as the boot script's ``DET_AGENT_ID`` makes it, with
-the pool's slots; an agent whose instance is gone is removed from the master, which
-kills whatever ran on it. A killed task is a failure of the test that sees it.
+the instance id (the name on GCP), as the boot script's ``DET_AGENT_ID`` makes it, in
+its pool with the pool's slots; an agent whose instance is gone is removed from the
+master, which kills whatever ran on it. A killed task is a failure of the test that
+sees it.
+
+The config's first pool is the one under test: ``born``, ``agents``, ``submit`` and
+``terminations`` are about it. Other pools (neighbours) run beside it on the same
+bridge, queue and functions; ``all_agents`` and ``neighbour_agents`` show theirs.
 """
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,6 +31,21 @@ from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
 STEP = timedelta(seconds=15)
 SWEEP_EVERY = timedelta(minutes=1)
 BOOT = timedelta(minutes=1)
+
+
+def admin_disable(master: LocalDetermined, agent_id: str, *, drain: bool) -> None:
+    """What ``det agent disable [--drain]`` does: the API call, as an admin."""
+    request = urllib.request.Request(
+        f"{master.url}/api/v1/agents/{agent_id}/disable",
+        data=json.dumps({"drain": drain}).encode(),
+        headers={
+            "Authorization": f"Bearer {master.login('admin')}",
+            "Content-Type": "application/json",
+        },
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
 
 
 class VirtualClock:
@@ -72,8 +94,8 @@ class Cloud(Protocol):
 
     def sweep(self) -> None: ...
 
-    def alive(self) -> set[str]:
-        """The pool's managed instances that are pending or running."""
+    def alive(self) -> dict[str, str]:
+        """The managed instances that are pending or running, with their pool."""
 
     def set_launch_time(self, instance_id: str, when: datetime) -> None: ...
 
@@ -102,9 +124,12 @@ class Cluster:
     functions_log: Recorder
     bridge_log: Recorder = field(default_factory=Recorder)
     boot: timedelta = BOOT
-    born: dict[str, datetime] = field(default_factory=dict)
-    agents: set[str] = field(default_factory=set)
-    tasks: list[str] = field(default_factory=list)
+    # Every pool's instances: when each was launched, and its pool.
+    launched: dict[str, datetime] = field(default_factory=dict)
+    pool_of: dict[str, str] = field(default_factory=dict)
+    all_agents: set[str] = field(default_factory=set)
+    tasks: list[str] = field(default_factory=list)  # the pool under test's
+    neighbour_tasks: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)  # instances whose agent was removed
     last_sweep: datetime | None = None
     bridge: Bridge = field(init=False)
@@ -116,11 +141,26 @@ class Cluster:
         self.bridge = Bridge(
             self.config, client, self.sink, clock=self.clock, logger=self.bridge_log
         )
-        self.master.add_pool(self.pool.name, "STATIC")
+        for name in self.config.pools:
+            self.master.add_pool(name, "STATIC")
 
     @property
     def pool(self) -> Pool:
+        """The pool under test: the config's first."""
         return next(iter(self.config.pools.values()))
+
+    @property
+    def born(self) -> dict[str, datetime]:
+        """The pool under test's instances, with when each was launched."""
+        return {i: t for i, t in self.launched.items() if self.pool_of[i] == self.pool.name}
+
+    @property
+    def agents(self) -> set[str]:
+        """The pool under test's registered agents."""
+        return {a for a in self.all_agents if self.pool_of[a] == self.pool.name}
+
+    def neighbour_agents(self, pool: str) -> set[str]:
+        return {a for a in self.all_agents if self.pool_of[a] == pool}
 
     # -- the phases of a step, in order -------------------------------------------
 
@@ -128,20 +168,22 @@ class Cluster:
         """Register booted instances as agents; remove agents whose instance is gone."""
         alive = self.cloud.alive()
         self._stamp(alive)
-        for instance_id in sorted(self.agents - alive):
+        for instance_id in sorted(self.all_agents - set(alive)):
             self.master.remove_agent(instance_id)  # kills what ran there
-            self.agents.discard(instance_id)
+            self.all_agents.discard(instance_id)
             self.gone.append(instance_id)
-        for instance_id in sorted(alive - self.agents):
-            if self.clock.now - self.born[instance_id] >= self.boot:
-                slots = self.pool.provider.slots_per_instance
-                self.master.add_agent(instance_id, self.pool.name, slots)
-                self.agents.add(instance_id)
+        for instance_id in sorted(set(alive) - self.all_agents):
+            if self.clock.now - self.launched[instance_id] >= self.boot:
+                pool = self.config.pool(alive[instance_id])
+                slots = pool.provider.slots_per_instance
+                self.master.add_agent(instance_id, pool.name, slots)
+                self.all_agents.add(instance_id)
 
-    def _stamp(self, alive: set[str]) -> None:
+    def _stamp(self, alive: dict[str, str]) -> None:
         """A new instance was launched now, on the virtual clock."""
-        for instance_id in sorted(alive - set(self.born)):
-            self.born[instance_id] = self.clock.now
+        for instance_id in sorted(set(alive) - set(self.launched)):
+            self.launched[instance_id] = self.clock.now
+            self.pool_of[instance_id] = alive[instance_id]
             self.cloud.set_launch_time(instance_id, self.clock.now)
 
     def bridge_pass(self) -> list[Snapshot]:
@@ -182,16 +224,19 @@ class Cluster:
 
     # -- the master's side -------------------------------------------------------
 
-    def submit(self, name: str, slots: int, type: str = "TRIAL") -> str:
-        task_id = self.master.submit(name, slots, self.pool.name, type).task_id  # type: ignore[arg-type]
-        self.tasks.append(task_id)
+    def submit(self, name: str, slots: int, type: str = "TRIAL", pool: str | None = None) -> str:
+        pool = pool or self.pool.name
+        task_id = self.master.submit(name, slots, pool, type).task_id  # type: ignore[arg-type]
+        (self.tasks if pool == self.pool.name else self.neighbour_tasks).append(task_id)
         return task_id
 
     def state(self, task_id: str) -> str:
         return self.master.task_state(task_id)
 
     def killed(self) -> list[str]:
-        return [t for t in self.tasks if self.master.task_state(t) == "KILLED"]
+        """Every pool's tasks that were killed."""
+        tasks = self.tasks + self.neighbour_tasks
+        return [t for t in tasks if self.master.task_state(t) == "KILLED"]
 
     def running(self) -> list[str]:
         return [t for t in self.tasks if self.master.task_state(t) == "RUNNING"]
@@ -223,10 +268,13 @@ class Cluster:
     def errors(self) -> list[tuple[str, str, dict[str, Any]]]:
         return [line for line in self.functions_log.lines if line[0] == "error"]
 
-    def terminations(self) -> list[tuple[str, str]]:
-        """(instance id, reason) of every termination the functions decided."""
+    def terminations(self, pool: str | None = None) -> list[tuple[str, str]]:
+        """(instance id, reason) of every termination the functions decided in the pool
+        (by default the pool under test)."""
         found = []
         for _, _, extra in self.outcomes():
+            if extra.get("pool") != (pool or self.pool.name):
+                continue
             for action in extra.get("actions", []):
                 text = str(action)
                 if text.startswith("terminate "):

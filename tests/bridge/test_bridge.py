@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +20,8 @@ from dynagent.decide import decide
 from dynagent.snapshot import Snapshot
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
 from tests.core.builders import agent_instance, ago, fleet
+
+from .cluster import admin_disable
 
 START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 POOL = "a100"
@@ -363,21 +364,6 @@ def test_an_agent_an_admin_disabled_is_published_not_enabled(
     assert [launch.tasks for launch in plan.launches] == [(snapshot.pending[0].task,)]
     # Without drain the idle period terminates it as any agent; with drain it stays.
     assert [t.instance_id for t in plan.terminations] == ([] if drain else [idle])
-
-
-def admin_disable(master: LocalDetermined, agent_id: str, *, drain: bool) -> None:
-    """What ``det agent disable [--drain]`` does: the API call, as an admin."""
-    request = urllib.request.Request(
-        f"{master.url}/api/v1/agents/{agent_id}/disable",
-        data=json.dumps({"drain": drain}).encode(),
-        headers={
-            "Authorization": f"Bearer {master.login('admin')}",
-            "Content-Type": "application/json",
-        },
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
 
 
 def test_three_drained_pools_each_drain_their_idle_agents_in_time(

@@ -3,6 +3,11 @@ on the local AWS, the reconcile and sweep Lambdas' code, and EC2, on one virtual
 
 The agents the master schedules on are the instances the function launched (see
 ``cluster.py``); a task killed because its instance went away fails the test.
+
+Each test runs with its pool alone, and again beside two neighbours on the same master,
+bridge, queue and functions: ``v100`` drained, running a trial, and ``t4`` without drain
+at its ``min_instances`` of 1. Neither may change what happens in the pool under test,
+nor lose its own agents or tasks.
 """
 
 from __future__ import annotations
@@ -19,20 +24,55 @@ from dynagent.testing.determined import LocalDetermined
 
 from ..aws.helpers import config, image_id, pool_document
 from .aws_side import AwsSide
-from .cluster import STEP, Cluster, Recorder, VirtualClock
+from .cluster import STEP, Cluster, Recorder, VirtualClock, admin_disable
 
 IDLE = timedelta(minutes=5)
 
 
-@pytest.fixture
-def make_cluster(aws: LocalAws, ec2: Any, master: LocalDetermined) -> Any:
+NEIGHBOURS: dict[str, dict[str, Any]] = {
+    "v100": {"drain_idle_agents": True, "max_idle_agent_period": "5m"},
+    "t4": {"min_instances": 1, "max_idle_agent_period": "5m"},
+}
+
+
+@pytest.fixture(params=[False, True], ids=["one pool", "three pools"])
+def make_cluster(
+    request: pytest.FixtureRequest, aws: LocalAws, ec2: Any, master: LocalDetermined
+) -> Any:
     def make(**provider: Any) -> Cluster:
         fields = {"drain_idle_agents": True, "max_idle_agent_period": "5m", **provider}
-        cfg = config(pool_document(image_id(ec2), **fields))
+        pools = [pool_document(image_id(ec2), **fields)]
+        if request.param:
+            pools += [
+                pool_document(image_id(ec2), name, **extra) for name, extra in NEIGHBOURS.items()
+            ]
+        cfg = config(*pools)
         clock, log = VirtualClock(), Recorder()
-        return Cluster(master, AwsSide(aws, cfg, clock, log), cfg, clock, log)
+        cluster = Cluster(master, AwsSide(aws, cfg, clock, log), cfg, clock, log)
+        if request.param:
+            cluster.submit("v100-trial", 8, pool="v100")
+        return cluster
 
     return make
+
+
+def finish(cluster: Cluster) -> None:
+    """Nothing lost, nothing killed; the neighbours, if any, where they should be: the
+    v100 trial running on the one agent launched for it, t4 at its one agent, and
+    neither pool terminating anything."""
+    cluster.check_no_snapshot_lost()
+    assert cluster.killed() == []
+    if not cluster.neighbour_tasks:
+        return
+    (trial,) = cluster.neighbour_tasks
+    cluster.run_until(
+        lambda: cluster.state(trial) == "RUNNING" and len(cluster.neighbour_agents("t4")) == 1,
+        "the neighbours: v100's trial running, t4 at min_instances",
+    )
+    assert set(cluster.master.placement(trial)) == cluster.neighbour_agents("v100")
+    assert cluster.terminations("v100") == cluster.terminations("t4") == []
+    assert cluster.killed() == []
+    cluster.check_no_snapshot_lost()
 
 
 def test_tasks_scale_the_pool_up_and_drained_agents_down(make_cluster: Any) -> None:
@@ -60,11 +100,11 @@ def test_tasks_scale_the_pool_up_and_drained_agents_down(make_cluster: Any) -> N
         assert instance_id in drained
         assert reason.startswith("drained by the master and empty")
     disables = [c for c in cluster.master.calls() if c.path.endswith("/disable")]
-    assert len(disables) == 2
+    assert len(disables) == 2 and all(c.path.split("/")[-2] in drained for c in disables)
     # It stays there, and nothing ran anywhere it was killed.
     cluster.run(timedelta(minutes=10))
     assert len(cluster.agents) == 1 and cluster.killed() == []
-    cluster.check_no_snapshot_lost()
+    finish(cluster)
 
 
 def test_a_master_outage_publishes_nothing_and_loses_nothing(make_cluster: Any) -> None:
@@ -85,7 +125,7 @@ def test_a_master_outage_publishes_nothing_and_loses_nothing(make_cluster: Any) 
 
     cluster.master.up()
     cluster.step()
-    (after,) = cluster.sink.sent[sent:]
+    (after,) = ours(cluster.sink.sent[sent:], cluster)
     assert after.seq in cluster.applied_seqs()
     assert [(a.id, a.used_slots) for a in after.agents if a.used_slots] == [
         (next(iter(cluster.master.placement(trials[1]))), 8)
@@ -93,7 +133,7 @@ def test_a_master_outage_publishes_nothing_and_loses_nothing(make_cluster: Any) 
     # The idle period starts when the bridge can see it: the agent goes after it.
     cluster.run_until(lambda: len(cluster.agents) == 1, "the idle agent drained and gone")
     assert cluster.state(trials[1]) == "RUNNING" and cluster.killed() == []
-    cluster.check_no_snapshot_lost()
+    finish(cluster)
 
 
 def test_a_zero_slot_command_on_an_empty_pool_launches_one_instance(make_cluster: Any) -> None:
@@ -105,7 +145,26 @@ def test_a_zero_slot_command_on_an_empty_pool_launches_one_instance(make_cluster
     cluster.run(timedelta(minutes=10))  # it runs there; nothing more, nothing less
     assert len(cluster.born) == 1 and cluster.agents == set(cluster.born)
     assert cluster.state(command) == "RUNNING" and cluster.killed() == []
-    cluster.check_no_snapshot_lost()
+    finish(cluster)
+
+
+@pytest.mark.parametrize("drain", [False, True], ids=["no drain", "drain"])
+def test_a_task_the_admins_disabled_agent_has_room_for_gets_a_new_instance(
+    make_cluster: Any, drain: bool
+) -> None:
+    """An admin disabled (with drain) the agent running a 4-slot trial: its 4 free slots
+    take nothing new. Counted as room, the second trial would wait for ever."""
+    cluster: Cluster = make_cluster(drain_idle_agents=drain)
+    first = cluster.submit("trial-1", 4)
+    cluster.run_until(lambda: cluster.state(first) == "RUNNING", "the first trial running")
+    (agent,) = cluster.agents
+    admin_disable(cluster.master, agent, drain=True)
+    second = cluster.submit("trial-2", 4)
+    cluster.run_until(lambda: cluster.state(second) == "RUNNING", "the second trial running")
+    assert len(cluster.born) == 2 and agent not in cluster.master.placement(second)
+    assert cluster.master.agent_state(agent) == (False, True)  # still the admin's
+    assert cluster.state(first) == "RUNNING" and cluster.terminations() == []
+    finish(cluster)
 
 
 def drained_and_published(cluster: Cluster) -> str:
@@ -115,7 +174,7 @@ def drained_and_published(cluster: Cluster) -> str:
         cluster.clock.now += STEP
         cluster.sync_agents()
         cluster.master.schedule()
-        for snapshot in cluster.bridge_pass():
+        for snapshot in ours(cluster.bridge_pass(), cluster):
             drained = [a.id for a in snapshot.agents if a.draining]
             if drained:
                 assert cluster.master.agent_state(drained[0]) == (False, True)
@@ -127,11 +186,15 @@ def drained_and_published(cluster: Cluster) -> str:
 
 def bridge_tick(cluster: Cluster) -> list[Snapshot]:
     """The clock moves, agents come and go, the master schedules, the bridge passes;
-    the queue is not delivered."""
+    the queue is not delivered. The pass's snapshots of the pool under test."""
     cluster.clock.now += STEP
     cluster.sync_agents()
     cluster.master.schedule()
-    return cluster.bridge_pass()
+    return ours(cluster.bridge_pass(), cluster)
+
+
+def ours(snapshots: list[Snapshot], cluster: Cluster) -> list[Snapshot]:
+    return [s for s in snapshots if s.pool == cluster.pool.name]
 
 
 @pytest.mark.parametrize("order", ["function first", "bridge first", "stale", "retried"])
@@ -188,4 +251,4 @@ def test_a_task_submitted_between_the_drain_and_the_terminate(
     cluster.run_until(lambda: cluster.state(late) == "RUNNING", "the late trial running")
     cluster.run(timedelta(minutes=2))
     assert cluster.state(late) == "RUNNING" and cluster.killed() == []
-    cluster.check_no_snapshot_lost()
+    finish(cluster)

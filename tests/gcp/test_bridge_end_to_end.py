@@ -36,7 +36,7 @@ class GcpSide:
         logger: Recorder,
     ) -> None:
         self.compute, self.subscriber, self.logger = compute, subscriber, logger
-        self.pool = next(iter(cfg.pools.values()))
+        self.pools = set(cfg.pools)
         self.topic = pubsub.topic_path(names("e2e-snapshots"))
         self.subscription = pubsub.subscription_path(names("e2e-reconcile"))
         publisher.create_topic(name=self.topic)
@@ -79,11 +79,12 @@ class GcpSide:
     def sweep(self) -> None:
         self.functions.sweep()
 
-    def alive(self) -> set[str]:
+    def alive(self) -> dict[str, str]:
         return {
-            vm["name"]
+            vm["name"]: pool
             for vm in self.compute.instances()
-            if vm.get("labels", {}).get(POOL_LABEL) == self.pool.name and vm["status"] in ALIVE
+            if (pool := vm.get("labels", {}).get(POOL_LABEL)) in self.pools
+            and vm["status"] in ALIVE
         }
 
     def set_launch_time(self, instance_id: str, when: datetime) -> None:
@@ -125,5 +126,5 @@ def test_tasks_scale_a_gcp_pool_up_and_drained_agents_down(
     cluster.master.finish(command)
     cluster.run_until(lambda: not cluster.agents, "down to min_instances (0)")
     cluster.run(timedelta(minutes=2))
-    assert cluster.killed() == [] and side.alive() == set()
+    assert cluster.killed() == [] and side.alive() == {}
     cluster.check_no_snapshot_lost()
