@@ -22,6 +22,8 @@ from datetime import datetime
 
 from dynagent.config import Pool
 from dynagent.durations import format_duration
+from dynagent.packing import Existing, pack
+from dynagent.snapshot import PendingTask
 
 from .reading import AgentReading, PoolReading
 
@@ -48,7 +50,7 @@ class Drainer:
                 self.idle_since.pop(agent.id, None)
         for gone in set(self.idle_since) - present:
             del self.idle_since[gone]
-        enables = self._enables(reading)
+        enables = self._enables(pool, reading)
         if enables or not pool.provider.drain_idle_agents:
             return enables
         return self._claims(reading) + self._drains(pool, reading, now)
@@ -63,21 +65,25 @@ class Drainer:
         pending tasks want it. Not one an admin disabled, nor one reconnecting."""
         return agent.enabled or agent.id in self.drained
 
-    def _enables(self, reading: PoolReading) -> list[DrainAction]:
-        """Drained agents back to work while pending tasks need more than the enabled
-        agents have free: the most free first."""
+    def _enables(self, pool: Pool, reading: PoolReading) -> list[DrainAction]:
+        """Drained agents back to work, the most free first, while pending tasks do not
+        all fit on the enabled agents. Fit as the functions' core places them
+        (``packing.pack``): a drained agent counts as room there, so a task that fits
+        in the enabled agents' free slots only in sum must get one enabled here."""
         if not reading.pending:
             return []
         enabled = [a for a in reading.agents if a.enabled and not a.draining]
-        wanted = sum(task.slots for task in reading.pending)
-        free = sum(a.slots - a.used_slots for a in enabled)
-        zero_slot = any(task.slots == 0 for task in reading.pending)
+        rooms = [_room(a) for a in enabled]
+        sized = tuple(task for task in reading.pending if task.slots > 0)
+        zero_slot = len(sized) < len(reading.pending)
+        largest = max((a.slots for a in reading.agents), default=0)
         ours = [a for a in reading.agents if a.id in self.drained and a.draining]
         actions: list[DrainAction] = []
         for agent in sorted(ours, key=lambda a: (a.used_slots - a.slots, a.id)):
-            if free >= wanted and not (zero_slot and not enabled and not actions):
+            fits = not sized or _all_fit(sized, rooms, largest, pool.provider.max_instances)
+            if fits and not (zero_slot and not enabled and not actions):
                 break
-            free += agent.slots - agent.used_slots
+            rooms.append(_room(agent))
             actions.append(DrainAction(agent.id, True, "pending tasks can use it"))
         return actions
 
@@ -110,3 +116,14 @@ class Drainer:
             )
             actions.append(DrainAction(agent_id, False, reason))
         return actions
+
+
+def _room(agent: AgentReading) -> Existing:
+    return Existing(agent.slots, agent.slots - agent.used_slots, arriving=False)
+
+
+def _all_fit(
+    tasks: tuple[PendingTask, ...], rooms: list[Existing], largest: int, max_instances: int
+) -> bool:
+    """Whether every task is placed on ``rooms`` alone (no machine to launch)."""
+    return not pack(tasks, (), rooms, 0, max_instances, largest_slots=largest).waiting
