@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dynagent.config import AwsProvider, GcpProvider, ProviderConfig
-from dynagent.gpus import aws_gpus
 
 from .master import MasterAddress
 
@@ -91,13 +90,8 @@ def machine_gpus(provider: ProviderConfig) -> dict[str, int]:
     on GCP."""
     if isinstance(provider, GcpProvider):
         return {m.machine_type: m.gpu_num for m in provider.machines()}
-    if provider.offerings is not None:
-        given = provider.offerings.slots
-        return {t: given.get(t, aws_gpus(t) or 0) for t in provider.offerings.instance_types}
-    gpus = provider.instance_slots
-    return {
-        provider.instance_type: gpus if gpus is not None else aws_gpus(provider.instance_type) or 0
-    }
+    types = provider.offerings.instance_types if provider.offerings else (provider.instance_type,)
+    return {t: provider.gpus_of(t) for t in types}
 
 
 def slot_type(gpus: int, cpu_slots_allowed: bool) -> SlotType:

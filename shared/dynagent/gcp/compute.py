@@ -29,7 +29,7 @@ from dynagent.pools.gcp import GcpProvider
 from dynagent.provider import LaunchResult
 
 from . import labels as gce_labels
-from .instance_body import instance_body, instance_names, offering_names
+from .instance_body import instance_body, instance_names, offering_names, startup_script
 
 # The largest page instances.list returns.
 MAX_PAGE = 500
@@ -224,10 +224,12 @@ class GceProvider:
         zone = offering.zone if offering and offering.zone else self.config.zone
         machine = self.config.machine(offering.instance_type) if offering else None
         spot = offering.purchase is Purchase.SPOT if offering else None
+        # One machine type, one boot script: rendered once for all the names.
+        script = startup_script(self.config, self.pool.name, master, machine)
         for name in names:
             try:
                 body = instance_body(
-                    self.config, self.pool.name, name, launch_key, master, machine, zone, spot
+                    self.config, self.pool.name, name, launch_key, script, machine, zone, spot
                 )
                 resource = compute_v1.Instance.from_json(json.dumps(body))
             except ParseError as error:  # a field base_config names that the API lacks

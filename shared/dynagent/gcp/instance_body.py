@@ -48,17 +48,30 @@ def offering_names(
     return [f"{base}-{digest}-{index}" for index in range(count)]
 
 
+def startup_script(
+    provider: GcpProvider,
+    pool: str,
+    master: MasterAddress,
+    machine: GcpInstanceType | None = None,
+) -> str:
+    """The boot script of a VM of ``machine`` (the pool's one machine by default)."""
+    kind = machine or provider.instance_type
+    boot = agent_boot(provider, pool, {kind.machine_type: kind.gpu_num}, master)
+    return render(boot, AGENT_ID_COMMAND)
+
+
 def instance_body(
     provider: GcpProvider,
     pool: str,
     name: str,
     launch_key: str,
-    master: MasterAddress,
+    script: str,
     machine: GcpInstanceType | None = None,
     zone: str | None = None,
     spot: bool | None = None,
 ) -> dict[str, Any]:
-    """The VM to insert: the pool's one machine in its zone, or an offering's."""
+    """The VM to insert: the pool's one machine in its zone, or an offering's, booting
+    ``script`` (``startup_script``)."""
     zone = zone or provider.zone
     kind = machine or provider.instance_type
     spot = provider.spot if spot is None else spot
@@ -94,12 +107,11 @@ def instance_body(
         }
         body["serviceAccounts"] = [*body.get("serviceAccounts", []), account]
     body["scheduling"] = _scheduling(kind, spot)
-    boot = agent_boot(provider, pool, {kind.machine_type: kind.gpu_num}, master)
-    script = {"key": "startup-script", "value": render(boot, AGENT_ID_COMMAND)}
+    item = {"key": "startup-script", "value": script}
     theirs = [
         i for i in body.get("metadata", {}).get("items", []) if i.get("key") != "startup-script"
     ]
-    body["metadata"] = {**body.get("metadata", {}), "items": [script, *theirs]}
+    body["metadata"] = {**body.get("metadata", {}), "items": [item, *theirs]}
     return body
 
 

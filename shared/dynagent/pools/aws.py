@@ -206,7 +206,7 @@ class AwsProvider(ProvisionerFields):
         zones = spec.subnet_ids or (self.network_interface.subnet_id or "",)
         found = []
         for instance_type in spec.instance_types:
-            slots = spec.slots.get(instance_type) or aws_gpus(instance_type) or 0
+            slots = self.gpus_of(instance_type)
             on_demand = spec.prices.get(instance_type, AWS_ON_DEMAND.get(instance_type, 0.0))
             for purchase in purchases:
                 price = on_demand
@@ -228,14 +228,21 @@ class AwsProvider(ProvisionerFields):
         """Task slots one instance offers: its GPUs, or 1 for a CPU pool. With offerings,
         those of the largest machine."""
         if self.offerings is not None:
-            spec = self.offerings
-            return max(spec.slots.get(t) or aws_gpus(t) or 0 for t in spec.instance_types)
-        gpus = (
-            self.instance_slots if self.instance_slots is not None else aws_gpus(self.instance_type)
-        )
+            return max(self.gpus_of(t) for t in self.offerings.instance_types)
+        gpus = self.gpus_of(self.instance_type)
         if not gpus:
             return 1 if self.cpu_slots_allowed else 0
         return gpus
+
+    def gpus_of(self, instance_type: str) -> int:
+        """GPUs of a machine type the pool launches: the pool's own count
+        (``offerings.slots``, or ``instance_slots``, which Determined adds to its slot
+        table), else the table's."""
+        if self.offerings is not None:
+            return self.offerings.slots.get(instance_type) or aws_gpus(instance_type) or 0
+        if instance_type == self.instance_type and self.instance_slots is not None:
+            return self.instance_slots
+        return aws_gpus(instance_type) or 0
 
 
 def _gpu_models(instance_types: tuple[str, ...]) -> set[str]:
