@@ -39,6 +39,16 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("config", help="YAML with resource_pools (Determined master.yaml form)")
     validate.set_defaults(run=_validate)
 
+    master = commands.add_parser(
+        "master-config",
+        help="the master.yaml resource_pools that let the master admit work for these pools",
+        description="Print the resource_pools for the Determined master's master.yaml: each "
+        "pool dynagent scales gets a provider for admission only (the slots of its largest "
+        "machine, its max_instances) that the master's provisioner can never act on.",
+    )
+    master.add_argument("--config", required=True, help="dynagent's pool config")
+    master.set_defaults(run=_master_config)
+
     publish = commands.add_parser("publish", help="send a snapshot to the autoscaler's queue")
     publish.add_argument("snapshot", nargs="?", default="-", help="JSON file, or - for stdin")
     publish.add_argument(
@@ -77,6 +87,13 @@ def _validate(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     for line in describe_config(config):
         print(line)
+    return 0
+
+
+def _master_config(args: argparse.Namespace) -> int:
+    from dynagent.master_config import master_config
+
+    print(master_config(args.config), end="")
     return 0
 
 

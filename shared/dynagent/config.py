@@ -17,11 +17,13 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from dynagent.admission import ADMISSION_REGION
 from dynagent.pools.aws import AwsProvider, CustomTag, NetworkInterface
 from dynagent.pools.common import Duration, ProvisionerFields, StrictModel
 from dynagent.pools.gcp import LABEL_VALUE, GcpProvider
 
 __all__ = [
+    "DETERMINED_POOL_KEYS",
     "AwsProvider",
     "Config",
     "ConfigError",
@@ -32,8 +34,10 @@ __all__ = [
     "ProviderConfig",
     "ProvisionerFields",
     "Settings",
+    "config_from_document",
     "load_config",
     "parse_config",
+    "parse_document",
 ]
 
 
@@ -45,7 +49,7 @@ ProviderConfig = Annotated[AwsProvider | GcpProvider, Field(discriminator="type"
 PROVIDER_TYPES = ("aws", "gcp")
 
 # Pool-level keys of Determined's resource pools that the autoscaler has no use for.
-_DETERMINED_POOL_KEYS = frozenset(
+DETERMINED_POOL_KEYS = frozenset(
     {
         "description", "scheduler", "max_aux_containers_per_agent", "max_cpu_containers_per_agent",
         "task_container_defaults", "agent_reattach_enabled", "agent_reconnect_wait",
@@ -129,13 +133,18 @@ def parse_config(
     text: str, source: str = "<config>", environ: Mapping[str, str] | None = None
 ) -> Config:
     """Check a YAML config given as text."""
+    return config_from_document(parse_document(text, source), source, environ)
+
+
+def parse_document(text: str, source: str = "<config>") -> dict[str, Any]:
+    """The YAML document of a config file: a mapping."""
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise ConfigError(f"{source}: not valid YAML: {error}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{source}: expected a mapping with resource_pools")
-    return config_from_document(document, source, environ)
+    return document
 
 
 def config_from_document(
@@ -159,7 +168,12 @@ def config_from_document(
         else:
             static.append(pool)
     if not pools:
-        raise ConfigError(f"{source}: no pools with a provider: nothing to autoscale")
+        raise ConfigError(
+            f"{source}: no pools with a provider: nothing to autoscale. dynagent's config gives "
+            "each pool it scales its aws or gcp provider, as Determined's provisioner has it; "
+            "the master's resource_pools then come from `dynagent master-config --config "
+            "POOLS.yaml`"
+        )
     settings = _parse_settings(document.get("dynagent") or {}, source)
     return Config(pools=pools, settings=settings, static_pools=tuple(static))
 
@@ -200,7 +214,7 @@ def _parse_pool(entry: Any, index: int, source: str, environ: Mapping[str, str])
         raise ConfigError(f"{source}: resource_pools[{index}] must be a mapping")
     name = entry.get("pool_name")
     label = f"pool {name!r}" if isinstance(name, str) else f"resource_pools[{index}]"
-    unknown = sorted(set(entry) - {"pool_name", "provider"} - _DETERMINED_POOL_KEYS)
+    unknown = sorted(set(entry) - {"pool_name", "provider"} - DETERMINED_POOL_KEYS)
     if unknown:
         raise ConfigError(f"{source}: {label}: unknown field(s): {', '.join(unknown)}")
     provider = entry.get("provider")
@@ -212,6 +226,13 @@ def _parse_pool(entry: Any, index: int, source: str, environ: Mapping[str, str])
             f"{source}: {label}: provider.type: {kind!r} is not one of {', '.join(PROVIDER_TYPES)}"
         )
     assert isinstance(provider, dict)
+    if kind == "aws" and provider.get("region") == ADMISSION_REGION:
+        raise ConfigError(
+            f"{source}: {label}: this provider is the master's, for admission only (region "
+            f"{ADMISSION_REGION!r}): dynagent cannot launch with it. Keep the pool's real "
+            "provider in dynagent's own pools file, and give the master what `dynagent "
+            "master-config --config POOLS.yaml` prints"
+        )
     fields = deployment_defaults(provider, environ, f"{source}: {label}")
     try:
         return Pool.model_validate({"name": name, "provider": fields})

@@ -35,6 +35,7 @@ from dynagent.testing.gce import LocalCompute
 from dynagent.testing.metadata_service import MetadataService, aws_metadata, gcp_metadata
 from dynagent.testing.pubsub import PubSubEmulator
 from dynagent.testing.pubsub_events import deliver_pulled
+from dynagent.testing.scaled_pools import add_scaled_pools
 
 from ..aws.helpers import (
     fifo_queue,
@@ -65,8 +66,6 @@ def test_a_snapshot_launches_a_machine_whose_agent_registers_and_runs_the_task(
     aws: LocalAws, ec2: Any, sqs: Any, master: LocalDetermined, machines_available: None,
     tmp_path: Path,
 ) -> None:  # fmt: skip
-    master.add_pool(POOL, "STATIC")
-    trial = master.submit("trial-1", 4, POOL).task_id
     config = write_config(
         tmp_path / "pools.yaml",
         pool_document(
@@ -74,6 +73,8 @@ def test_a_snapshot_launches_a_machine_whose_agent_registers_and_runs_the_task(
             agent_docker_network="default", master_url=f"http://local-ipv4:{master.port}",
         ),
     )  # fmt: skip
+    add_scaled_pools(master, load_config(config))
+    trial = master.submit("trial-1", 4, POOL).task_id
     queue = fifo_queue(sqs, "e2e-boot.fifo")
     functions = AwsFunctions(
         load_config(config), ec2_for_region=lambda _: ec2, sqs=sqs, sleep=lambda _: None
@@ -122,13 +123,13 @@ def test_on_gcp_a_snapshot_launches_a_vm_whose_agent_registers_and_runs_the_task
     compute: LocalCompute, pubsub_emulator: PubSubEmulator, publisher: Any, subscriber: Any,
     names: Any, master: LocalDetermined, machines_available: None, tmp_path: Path,
 ) -> None:  # fmt: skip
-    master.add_pool(POOL, "STATIC")
-    trial = master.submit("trial-1", 4, POOL).task_id
     document = gcp_pool_document(
         POOL, startup_script="", agent_docker_network="default",
         master_url=f"http://internal-ip:{master.port}",
     )  # fmt: skip
     config = write_config(tmp_path / "pools.yaml", document)
+    add_scaled_pools(master, load_config(config))
+    trial = master.submit("trial-1", 4, POOL).task_id
     topic = pubsub_emulator.topic_path(names("e2e-boot"))
     subscription = pubsub_emulator.subscription_path(names("e2e-boot"))
     publisher.create_topic(name=topic)

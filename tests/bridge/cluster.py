@@ -27,6 +27,7 @@ from dynagent.bridge.loop import Bridge
 from dynagent.config import Config, Pool
 from dynagent.snapshot import Snapshot
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
+from dynagent.testing.scaled_pools import add_scaled_pools
 
 STEP = timedelta(seconds=15)
 SWEEP_EVERY = timedelta(minutes=1)
@@ -141,8 +142,7 @@ class Cluster:
         self.bridge = Bridge(
             self.config, client, self.sink, clock=self.clock, logger=self.bridge_log
         )
-        for name in self.config.pools:
-            self.master.add_pool(name, "STATIC")
+        add_scaled_pools(self.master, self.config)
 
     @property
     def pool(self) -> Pool:

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from dynagent.bridge.client import Credentials, MasterClient
-from dynagent.bridge.loop import Bridge, BridgeRefused
+from dynagent.bridge.loop import Bridge
 from dynagent.config import Config, config_from_document
 from dynagent.decide import decide
 from dynagent.snapshot import Snapshot
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
+from dynagent.testing.scaled_pools import add_scaled_pools
 from tests.core.builders import agent_instance, ago, fleet
 
 from .cluster import admin_disable
@@ -80,13 +81,12 @@ class Layout:
     def cluster(self, master: LocalDetermined) -> None:
         """Two idle 8-slot agents in a100, i-1 and i-2; the neighbours' agents, the
         first of each busy with an 8-slot trial."""
-        master.add_pool(POOL, "STATIC")
+        add_scaled_pools(master, self.config())
         master.add_agent("i-1", POOL, 8)
         master.add_agent("i-2", POOL, 8)
         if not self.neighbours:
             return
         for name, agents in NEIGHBOUR_AGENTS.items():
-            master.add_pool(name, "STATIC")
             for agent_id in agents:
                 master.add_agent(agent_id, name, 8)
             master.submit(f"{name}-trial", 8, name)
@@ -243,17 +243,6 @@ def test_an_expired_session_logs_in_again(master: LocalDetermined, layout: Layou
     ]
 
 
-def test_a_pool_determined_provisions_is_refused(master: LocalDetermined, layout: Layout) -> None:
-    master.add_pool(POOL, "AWS", slots_per_agent=8)
-    if layout.neighbours:
-        for name in NEIGHBOURS:
-            master.add_pool(name, "STATIC")
-    bridge, sink = bridge_for(master, layout.config())
-    with pytest.raises(BridgeRefused, match=f"pool {POOL!r} is provisioned by the master"):
-        bridge.run_once()
-    assert sink.snapshots == []
-
-
 def advance(bridge: Bridge, minutes: float) -> None:
     clock = bridge.clock
     assert isinstance(clock, Clock)
@@ -378,8 +367,8 @@ def test_three_drained_pools_each_drain_their_idle_agents_in_time(
     )
     agents = [f"{name}-{n}" for name in periods for n in (1, 2, 3)]
     trials = []
+    add_scaled_pools(master, config)
     for name in periods:
-        master.add_pool(name, "STATIC")
         for n in (1, 2, 3):
             master.add_agent(f"{name}-{n}", name, 8)
         trials.append(master.submit(f"{name}-trial", 8, name).task_id)

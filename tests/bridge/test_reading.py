@@ -73,4 +73,4 @@ def test_queued_jobs_add_only_what_unplaced_allocations_do_not_show() -> None:
 
 def test_every_listed_pool_is_read_even_without_agents() -> None:
     pools = read_pools([], [*POOLS, {"name": "gpu2", "type": "RESOURCE_POOL_TYPE_AWS"}], [], {})
-    assert set(pools) == {"a100", "gpu2"} and pools["gpu2"].provisioned_by_determined
+    assert set(pools) == {"a100", "gpu2"} and pools["gpu2"].type == "RESOURCE_POOL_TYPE_AWS"

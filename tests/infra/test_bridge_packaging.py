@@ -28,8 +28,10 @@ import pytest
 
 from dynagent import cli
 from dynagent.bridge import command as bridge_command
+from dynagent.config import parse_config
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
+from dynagent.testing.scaled_pools import add_scaled_pools
 from tests.test_template import PUBLISHER_ACTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -456,7 +458,7 @@ def test_the_units_command_publishes_only_what_the_policy_allows_and_stops_on_si
     aws: LocalAws,
     tmp_path: Path,
 ) -> None:
-    master.add_pool("a100", "STATIC")
+    add_scaled_pools(master, parse_config(POOLS))
     master.add_agent("i-1", "a100", 8)
     master.submit("trial", 8, "a100")
     sqs = aws.client("sqs")

@@ -84,6 +84,18 @@ class MasterClient:
     def resource_pools(self) -> list[dict[str, Any]]:
         return _whole(self._get("/api/v1/resource-pools"), "resourcePools")
 
+    def master_config(self) -> dict[str, Any] | None:
+        """The master's config (``GET /api/v1/master/config``), or None where this user may
+        not read it (admins only) or the master has no such call."""
+        try:
+            answer = self._call("GET", "/api/v1/master/config", None)
+        except MasterRefused as error:
+            if error.status in (403, 404, 501):
+                return None
+            raise MasterUnavailable(f"GET /api/v1/master/config: {error}") from None
+        config = answer.get("config")
+        return config if isinstance(config, dict) else None
+
     def allocations(self) -> list[dict[str, Any]]:
         summaries = self._get("/api/v1/tasks").get("allocationIdToSummary") or {}
         return [summaries[key] for key in sorted(summaries)]

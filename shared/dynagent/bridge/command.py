@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
     )
-    bridge = Bridge(config, master, sink)
+    bridge = Bridge(config, master, sink, config_file=args.config)
     unresolved = _alias_pools(config) if not args.master_host else []
     if unresolved:
         print(

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from dynagent.admission import pools_from_master_config, pools_from_resource_pools
 from dynagent.config import Config
 from dynagent.durations import format_duration
 from dynagent.snapshot import DRAINING_REPORT_LEASE, Snapshot
 
+from .admission_check import admission_findings
 from .client import MasterClient, MasterRefused, MasterUnavailable
 from .drain import Drainer
 from .reading import PoolReading, read_pools
@@ -36,7 +38,8 @@ class Sink(Protocol):
 
 
 class BridgeRefused(Exception):
-    """A configuration the bridge must not run with (a pool Determined provisions)."""
+    """A configuration the bridge must not run with: a pool the master provisions itself,
+    or one it admits no work for."""
 
 
 @dataclass
@@ -66,6 +69,12 @@ class Bridge:
     withdrawn: dict[str, set[str]] = field(default_factory=dict)
     # The master host's addresses by master_url alias (host_addresses), for every snapshot.
     master_addresses: dict[str, str] | None = None
+    # The pool file's name, for the fixes the admission check names.
+    config_file: str = "POOLS.yaml"
+    # The master's launch_error, once its config was read (None: not readable).
+    launch_error: bool | None = None
+    master_config_read: bool = False
+    admission_warned: set[str] = field(default_factory=set)
 
     def run_once(self) -> list[Snapshot]:
         """One pass; the snapshots it published (none when the master was not read)."""
@@ -117,15 +126,33 @@ class Bridge:
         allocations = self.master.allocations()
         listed = {str(pool.get("name")) for pool in pools}
         jobs = {name: self.master.job_queue(name) for name in sorted(managed & listed)}
-        readings = read_pools(agents, pools, allocations, jobs)
-        for name in sorted(managed & listed):
-            if readings[name].provisioned_by_determined:
-                raise BridgeRefused(
-                    f"pool {name!r} is provisioned by the master itself "
-                    f"({readings[name].type}): two autoscalers on one pool fight over it; "
-                    "remove its provider from the master's config or the pool from dynagent's"
+        self._check_admission(pools)
+        return read_pools(agents, pools, allocations, jobs)
+
+    def _check_admission(self, pools: list[dict[str, Any]]) -> None:
+        """Refuse to run, or warn once, where the master would refuse work dynagent scales
+        for or provisions a pool itself. At the first read the master's own config says
+        (where this user may read it); later, the resource pools it lists."""
+        view = pools_from_resource_pools(pools)
+        if not self.master_config_read:
+            master_config = self.master.master_config()
+            self.master_config_read = True
+            if master_config is None:
+                self.logger.info(
+                    "the master's config is for admins only: checking the pools it lists, "
+                    "assuming launch_error is true (Determined's default)"
                 )
-        return readings
+            else:
+                self.launch_error = master_config.get("launch_error", True) is not False
+                view = pools_from_master_config(master_config)
+        findings = admission_findings(self.config, view, self.launch_error, self.config_file)
+        refusals = [finding.message for finding in findings if finding.refuse]
+        if refusals:
+            raise BridgeRefused("\n".join(refusals))
+        for finding in findings:
+            if finding.message not in self.admission_warned:
+                self.admission_warned.add(finding.message)
+                self.logger.warning(finding.message, extra={"pool": finding.pool})
 
     def _drain(self, pool_name: str, reading: PoolReading, now: datetime) -> PoolReading:
         pool = self.config.pool(pool_name)

@@ -16,7 +16,6 @@ from typing import Any
 from dynagent.snapshot import Agent, PendingTask
 
 Json = dict[str, Any]
-PROVISIONED_TYPES = frozenset({"RESOURCE_POOL_TYPE_AWS", "RESOURCE_POOL_TYPE_GCP"})
 
 
 @dataclass(frozen=True)
@@ -49,10 +48,6 @@ class PoolReading:
     type: str
     agents: tuple[AgentReading, ...] = ()
     pending: tuple[PendingTask, ...] = ()
-
-    @property
-    def provisioned_by_determined(self) -> bool:
-        return self.type in PROVISIONED_TYPES
 
     def with_state(self, agent_id: str, *, enabled: bool, draining: bool) -> PoolReading:
         """This reading with one agent enabled or drained, as a write just made it."""
