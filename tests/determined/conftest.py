@@ -3,6 +3,10 @@
 The server listens on 127.0.0.1 only and the session fixture that starts it stops it
 (port closed, thread joined). ``det`` runs Determined's own CLI in a subprocess with a
 temporary HOME and XDG_CONFIG_HOME, so its token cache never leaves the test.
+
+Determined's client lives in .venv-det (`make test` runs this folder there): it pins
+requests<2.32, which the project's own environment does not take. The modules that use it
+skip without it; the rest (the master config and admission rules) run in both.
 """
 
 from __future__ import annotations
@@ -15,10 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-# Determined's client lives in .venv-det (`make test` runs this folder there): it pins
-# requests<2.32, which the project's own environment does not take.
-pytest.importorskip("determined", reason="run by `make test` in .venv-det")
 
 from dynagent.testing.determined import DEFAULT_PASSWORD
 
@@ -35,6 +35,7 @@ RunDet = Callable[..., subprocess.CompletedProcess[str]]
 def session(master: LocalDetermined) -> Any:
     """A real ``determined.common.api.Session``, logged in as admin through the API
     (salted, hashed password), without retries so injected errors show at once."""
+    pytest.importorskip("determined", reason="Determined's client: run in .venv-det")
     from determined.common import api
     from determined.common.api import authentication
 

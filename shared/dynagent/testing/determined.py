@@ -1627,11 +1627,11 @@ class LocalDetermined(Service):
                 aux_capacity += len(agent.zero_slot)
             elif agent.enabled:
                 available += agent.slots
-                aux_capacity += MAX_AUX_CONTAINERS_PER_AGENT
-        cloud = pool.type != "STATIC"
+                aux_capacity += pool.max_aux_containers_per_agent
+        provider = pool.provider
         device_types = {a.slot_type for a in agents if a.slots and (a.enabled or a.draining)}
-        if cloud:
-            slot_type = "TYPE_CUDA" if pool.slots_per_agent > 0 else "TYPE_CPU"
+        if provider is not None:
+            slot_type = provider.slot_type
         elif device_types:
             slot_type = "TYPE_CUDA" if "cuda" in device_types else "TYPE_CPU"
         else:
@@ -1658,32 +1658,22 @@ class LocalDetermined(Service):
             "minAgents": pool.min_agents,
             "maxAgents": pool.max_agents,
             "slotsPerAgent": pool.slots_per_agent,
-            "auxContainerCapacityPerAgent": MAX_AUX_CONTAINERS_PER_AGENT,
+            "auxContainerCapacityPerAgent": pool.max_aux_containers_per_agent,
             "schedulerType": "SCHEDULER_TYPE_PRIORITY",
             "schedulerFittingPolicy": "FITTING_POLICY_BEST",
             "location": pool.location,
-            "imageId": "",
             "instanceType": pool.instance_type,
-            "masterUrl": "",
-            "masterCertName": "",
-            "startupScript": "",
-            "containerStartupScript": "",
-            "agentDockerNetwork": "",
-            "agentDockerRuntime": "",
-            "agentDockerImage": "",
-            "agentFluentImage": "",
-            "maxIdleAgentPeriod": 300 if cloud else 0,
-            "maxAgentStartingPeriod": 300 if cloud else 0,
+            **_provider_summary(provider),
             "details": {
-                "aws": _aws_detail(pool) if pool.type == "AWS" else None,
-                "gcp": _gcp_detail(pool) if pool.type == "GCP" else None,
+                "aws": _aws_detail(provider) if provider and provider.type == "aws" else None,
+                "gcp": _gcp_detail(provider) if provider and provider.type == "gcp" else None,
                 "priorityScheduler": {
                     "preemption": False,
                     "defaultPriority": DEFAULT_PRIORITY,
                     "k8Priorities": [],
                 },
             },
-            "accelerator": "",
+            "accelerator": provider.accelerator if provider else "",
             "stats": {"queuedCount": queued, "scheduledCount": scheduled},
             "resourceManagerMetadata": {},
             "clusterName": self._cluster_name,
@@ -2172,48 +2162,82 @@ def _slot_stats(slots: list[JsonObject]) -> JsonObject:
     }
 
 
-def _aws_detail(pool: _Pool) -> JsonObject:
+def _seconds(duration: str) -> float:
+    return parse_go_duration(duration) / 1e9
+
+
+def _provider_summary(provider: ProviderConfig | None) -> JsonObject:
+    """agent_resource_manager.go createResourcePoolSummary: a pool's provider fields (the
+    printable config's: scripts masked); a static pool's are empty."""
+    if provider is None:
+        fields: JsonObject = {}
+    else:
+        fields = printable_config(True, "", {}, [pool_fields("", "", provider)])
+        fields = fields["resource_pools"][0]["provider"]
     return {
-        "region": pool.location,
-        "rootVolumeSize": 200,
-        "imageId": "",
-        "tagKey": "managed-by",
-        "tagValue": "determined",
-        "instanceName": "determined-ai-agent",
-        "sshKeyName": "",
-        "publicIp": False,
-        "subnetId": "",
-        "securityGroupId": "",
-        "iamInstanceProfileArn": "",
-        "instanceType": pool.instance_type,
-        "logGroup": "",
-        "logStream": "",
-        "spotEnabled": pool.preemptible,
-        "spotMaxPrice": "",
-        "customTags": [],
+        "imageId": provider.image_id if provider else "",
+        "masterUrl": fields.get("master_url", ""),
+        "masterCertName": fields.get("master_cert_name", ""),
+        "startupScript": fields.get("startup_script", ""),
+        "containerStartupScript": fields.get("container_startup_script", ""),
+        "agentDockerNetwork": fields.get("agent_docker_network", ""),
+        "agentDockerRuntime": fields.get("agent_docker_runtime", ""),
+        "agentDockerImage": fields.get("agent_docker_image", ""),
+        "agentFluentImage": "",
+        "maxIdleAgentPeriod": _seconds(fields.get("max_idle_agent_period", "0s")),
+        "maxAgentStartingPeriod": _seconds(fields.get("max_agent_starting_period", "0s")),
     }
 
 
-def _gcp_detail(pool: _Pool) -> JsonObject:
+def _aws_detail(provider: ProviderConfig) -> JsonObject:
+    aws = provider.fields
+    network = aws["network_interface"]
     return {
-        "project": "local-project",
-        "zone": pool.location,
-        "bootDiskSize": 200,
-        "bootDiskSourceImage": "",
-        "labelKey": "managed-by",
-        "labelValue": "determined",
-        "namePrefix": "det-",
-        "network": "projects/local-project/global/networks/default",
-        "subnetwork": "",
-        "externalIp": False,
-        "networkTags": [],
-        "serviceAccountEmail": "default",
-        "serviceAccountScopes": ["https://www.googleapis.com/auth/cloud-platform"],
-        "machineType": pool.instance_type,
-        "gpuType": "nvidia-tesla-a100" if pool.slots_per_agent > 0 else "",
-        "gpuNum": max(pool.slots_per_agent, 0),
-        "preemptible": pool.preemptible,
-        "operationTimeoutPeriod": 300,
+        "region": aws["region"],
+        "rootVolumeSize": aws["root_volume_size"],
+        "imageId": aws["image_id"],
+        "tagKey": aws["tag_key"],
+        "tagValue": aws["tag_value"],
+        "instanceName": aws["instance_name"],
+        "sshKeyName": aws["ssh_key_name"],
+        "publicIp": network["public_ip"],
+        "subnetId": network["subnet_id"],
+        "securityGroupId": network["security_group_id"],
+        "iamInstanceProfileArn": aws["iam_instance_profile_arn"],
+        "instanceType": aws["instance_type"],
+        "logGroup": aws["log_group"],
+        "logStream": aws["log_stream"],
+        "spotEnabled": aws["spot"],
+        "spotMaxPrice": aws["spot_max_price"],
+        "customTags": [
+            {"key": tag.get("key", ""), "value": tag.get("value", "")}
+            for tag in aws["custom_tags"] or []
+        ],
+    }
+
+
+def _gcp_detail(provider: ProviderConfig) -> JsonObject:
+    gcp = provider.fields
+    network, account, kind = gcp["network_interface"], gcp["service_account"], gcp["instance_type"]
+    return {
+        "project": gcp["project"],
+        "zone": gcp["zone"],
+        "bootDiskSize": gcp["boot_disk_size"],
+        "bootDiskSourceImage": gcp["boot_disk_source_image"],
+        "labelKey": gcp["label_key"],
+        "labelValue": gcp["label_value"],
+        "namePrefix": gcp["name_prefix"],
+        "network": network["network"],
+        "subnetwork": network["subnetwork"],
+        "externalIp": network["external_ip"],
+        "networkTags": list(gcp["network_tags"] or []),
+        "serviceAccountEmail": account["email"],
+        "serviceAccountScopes": list(account["scopes"] or []),
+        "machineType": kind["machine_type"],
+        "gpuType": kind["gpu_type"],
+        "gpuNum": kind["gpu_num"],
+        "preemptible": kind["preemptible"],
+        "operationTimeoutPeriod": _seconds(gcp["operation_timeout_period"]),
     }
 
 
