@@ -45,8 +45,9 @@ def session(master: LocalDetermined) -> Any:
 
 @pytest.fixture
 def det(master: LocalDetermined, tmp_path: Path) -> RunDet:
-    """Run ``det -m URL ARGS...`` against the master as admin; one HOME per test, so
-    consecutive runs share the CLI's token cache as a user's shell would."""
+    """Run ``det -m URL ARGS...`` against the master as admin (or ``user=``, with
+    DEFAULT_PASSWORD); one HOME per test, so consecutive runs share the CLI's token cache
+    as a user's shell would."""
     home = tmp_path / "home"
     home.mkdir()
     env = {
@@ -60,10 +61,10 @@ def det(master: LocalDetermined, tmp_path: Path) -> RunDet:
         "NO_COLOR": "1",
     }
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
+    def run(*args: str, user: str = ADMIN[0]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(DET), "-m", master.url, *args],
-            env=env,
+            env=env if user == ADMIN[0] else {**env, "DET_USER": user, "DET_PASS": ADMIN[1]},
             capture_output=True,
             text=True,
             timeout=60,

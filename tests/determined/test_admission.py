@@ -21,7 +21,11 @@ from dynagent.testing.determined_admission import (
     single_node_fulfillable,
     tasks_to_prune,
 )
-from dynagent.testing.determined_master_config import ProviderConfig, read_master_config
+from dynagent.testing.determined_master_config import (
+    MasterConfigError,
+    ProviderConfig,
+    read_master_config,
+)
 
 FRAGMENT = """\
 resource_pools:
@@ -416,3 +420,20 @@ def test_the_pool_list_shows_a_provider_pool_by_its_config(master: LocalDetermin
     assert pool["details"]["aws"]["imageId"] == "none"
     assert pool["details"]["gcp"] is None
     assert (pool["defaultComputePool"], pool["slotType"]) == (False, "TYPE_CUDA")
+
+
+def test_configure_keeps_logins_and_a_refused_config_changes_nothing(
+    master: LocalDetermined,
+) -> None:
+    token = master.login("admin")
+    master.configure(FRAGMENT)
+    me = requests.get(
+        master.url + "/api/v1/me", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+    assert me.status_code == 200
+    with pytest.raises(MasterConfigError, match="ec2 key name must be non-empty"):
+        master.configure(FRAGMENT.replace("      ssh_key_name: none\n", ""))
+    config = master.master_config
+    assert config is not None and config.pools[0].provider is not None
+    assert config.pools[0].provider.fields["ssh_key_name"] == "none"
+    assert master.launch("COMMAND", 8, "a100").warnings == ()

@@ -706,18 +706,24 @@ class LocalDetermined(Service):
     def reset(self) -> None:
         """Back to the constructor's master config (its pools, empty), the initial users;
         knobs off."""
-        self._restart(self._initial_config)
+        self._restart(self._initial_config, keep_users=False)
 
     def configure(self, master_config: str | Mapping[str, Any] | None) -> None:
-        """The master restarts with this master.yaml (text or mapping): its pools, empty;
-        the initial users; knobs off. MasterConfigError, with the master's message, for a
-        config the master refuses; the running master is then left as it was. reset()
-        goes back to the constructor's config."""
-        self._restart(read_master_config(master_config))
+        """The master restarts with this master.yaml (text or mapping): its pools, empty,
+        no agents, tasks or knobs; users and their logins kept, as the master's database
+        keeps them. MasterConfigError, with the master's message, for a config the master
+        refuses; the running master is then left as it was. reset() goes back to the
+        constructor's config."""
+        self._restart(read_master_config(master_config), keep_users=True)
 
-    def _restart(self, config: MasterConfig) -> None:
+    def _restart(self, config: MasterConfig, *, keep_users: bool) -> None:
         with self._lock:
+            old = self._state
             self._state = _State()
+            if keep_users:
+                self._state.now, self._state.counter = old.now, old.counter
+                self._state.users, self._state.tokens = old.users, old.tokens
+                self._state.token_ids = old.token_ids
             self._state.config = config
             self._state.launch_error = config.launch_error
             self._state.cluster_name = config.cluster_name
@@ -728,6 +734,8 @@ class LocalDetermined(Service):
                 added.config_fields = dict(pool.fields)
             self._state.default_compute_pool = config.default_compute_pool
             self._state.default_aux_pool = config.default_aux_pool
+            if keep_users:
+                return
             for index, (name, password) in enumerate(self._initial_users.items()):
                 self.add_user(name, password, admin=(name == "admin" or index == 0))
 
