@@ -3,6 +3,10 @@
 The server listens on 127.0.0.1 only and the session fixture that starts it stops it
 (port closed, thread joined). ``det`` runs Determined's own CLI in a subprocess with a
 temporary HOME and XDG_CONFIG_HOME, so its token cache never leaves the test.
+
+Determined's client lives in .venv-det (`make test` runs this folder there): it pins
+requests<2.32, which the project's own environment does not take. The modules that use it
+skip without it; the rest (the master config and admission rules) run in both.
 """
 
 from __future__ import annotations
@@ -15,10 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-# Determined's client lives in .venv-det (`make test` runs this folder there): it pins
-# requests<2.32, which the project's own environment does not take.
-pytest.importorskip("determined", reason="run by `make test` in .venv-det")
 
 from dynagent.testing.determined import DEFAULT_PASSWORD
 
@@ -35,6 +35,7 @@ RunDet = Callable[..., subprocess.CompletedProcess[str]]
 def session(master: LocalDetermined) -> Any:
     """A real ``determined.common.api.Session``, logged in as admin through the API
     (salted, hashed password), without retries so injected errors show at once."""
+    pytest.importorskip("determined", reason="Determined's client: run in .venv-det")
     from determined.common import api
     from determined.common.api import authentication
 
@@ -44,8 +45,9 @@ def session(master: LocalDetermined) -> Any:
 
 @pytest.fixture
 def det(master: LocalDetermined, tmp_path: Path) -> RunDet:
-    """Run ``det -m URL ARGS...`` against the master as admin; one HOME per test, so
-    consecutive runs share the CLI's token cache as a user's shell would."""
+    """Run ``det -m URL ARGS...`` against the master as admin (or ``user=``, with
+    DEFAULT_PASSWORD); one HOME per test, so consecutive runs share the CLI's token cache
+    as a user's shell would."""
     home = tmp_path / "home"
     home.mkdir()
     env = {
@@ -59,10 +61,10 @@ def det(master: LocalDetermined, tmp_path: Path) -> RunDet:
         "NO_COLOR": "1",
     }
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
+    def run(*args: str, user: str = ADMIN[0]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(DET), "-m", master.url, *args],
-            env=env,
+            env=env if user == ADMIN[0] else {**env, "DET_USER": user, "DET_PASS": ADMIN[1]},
             capture_output=True,
             text=True,
             timeout=60,

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import requests
+
+pytest.importorskip("determined", reason="Determined's client: run in .venv-det")
 from determined.common import api
 from determined.common.api import bindings
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 
+import pytest
+
 from dynagent.testing.determined import LocalDetermined
+
+pytest.importorskip("determined", reason="Determined's CLI: run in .venv-det")
 
 RunDet = Callable[..., subprocess.CompletedProcess[str]]
 

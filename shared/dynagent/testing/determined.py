@@ -60,12 +60,51 @@ Endpoints:
   position in the queue (``summary.jobsAhead``), then job id. Checkpoint GC tasks are
   not user-visible: they are in ``/api/v1/tasks`` but in no job queue. An unknown
   pool is HTTP 500 ``cannot find resource pool X``.
+* ``GET /api/v1/master/config`` (what ``det master config`` calls; admins only, else
+  403 ``user does not have permission``): ``{"config": ...}``, the master.yaml it runs
+  with as Determined prints it (``launch_error``, ``cluster_name``,
+  ``resource_manager``, ``resource_pools`` with defaults filled in; see
+  ``determined_master_config``), pools added by ``add_pool`` included.
+* Launching, with the stock master's admission (``determined_admission``): ``POST
+  /api/v1/commands``, ``/api/v1/notebooks``, ``/api/v1/shells``, ``/api/v1/tensorboards``
+  (``{config, templateName, workspaceId, files}``; a TensorBoard also ``experimentIds``
+  or ``trialIds`` of experiments made here, else 400 ``no experiments found``; a notebook
+  ``preview``) and ``POST /api/v1/experiments`` (``{config: YAML text, activate,
+  validateOnly, projectId, modelDefinition}``), as ``det cmd run``, ``det notebook
+  start``, ``det shell start``, ``det tensorboard start`` (each with ``-d``) and ``det
+  experiment create`` send them. Resources come from the config: ``resources.slots``
+  (default 1; a TensorBoard always 0), ``resources.slots_per_trial`` for an experiment
+  (default 1; ``resources.slots`` there is refused, as by the master),
+  ``resources.resource_pool`` (default: the default compute pool, the aux pool for 0
+  slots), ``resources.priority``, ``resources.is_single_node``. Refused: the task
+  launchers answer 400 ``failed to prepare launch params: validating resources: request
+  unfulfillable, please try requesting less slots`` (or the pool's error, e.g. ``resource
+  pool X does not exist or is not available to workspace id 1``); an experiment 500
+  ``invalid resource configuration: slots requested exceeds cluster capacity`` (a plain
+  Go error there, so Internal) or 400 for an unknown pool. Accepted: ``{command|notebook
+  |shell|tensorboard, config, warnings}`` or ``{experiment, config, warnings}``, the
+  entity queued (``STATE_QUEUED``), ``warnings`` ``["LAUNCH_WARNING_CURRENT_SLOTS_EXCEEDED"]``
+  when admitted over capacity with ``launch_error: false``. An activated experiment
+  queues one trial of ``slots_per_trial`` (a searcher's later trials are not modelled);
+  a paused one queues none.
 
 The cluster model, with the master's semantics (``rm/agentrm``):
 
-* Pools (``add_pool``: STATIC, AWS or GCP), agents (``add_agent``) with N CUDA slots.
-* ``submit()`` queues a task (an allocation; a job unless it is a checkpoint GC);
-  ``schedule()`` places pending tasks in priority then submission order, skipping those
+* The master's config: ``LocalDetermined(master_config=...)`` or ``configure(...)``
+  (master.yaml text or mapping), read and refused as the master reads and refuses it:
+  its pools (a pool with a ``provider`` is listed as AWS or GCP, with ``slotsPerAgent``
+  its slots per instance, ``maxAgents`` its ``max_instances``, ``location`` its region
+  or zone and ``details`` from the config), default pools and ``launch_error``.
+* Pools (``add_pool``: STATIC, AWS or GCP, a cloud one with a provider made from its
+  arguments), agents (``add_agent``) with N CUDA slots.
+* ``launch()`` submits through the same admission as the launch endpoints (ApiError when
+  refused); ``submit()`` queues a task already admitted (an allocation; a job unless it
+  is a checkpoint GC), so a test can build any queue; ``schedule()`` is a scheduler
+  tick. It first prunes the pools whose provisioner has a launch error
+  (``provisioner_launch_error(pool, message, listed_instances=N)``: pending tasks
+  wanting more slots than the N listed instances hold end in ERROR; refused, ValueError,
+  for a pool whose provider cannot list, whose provisioner never launches), then places
+  pending tasks in priority then submission order, skipping those
   that do not fit yet, on enabled agents of their pool: a task that fits on one agent
   takes the agent with the fewest free slots that fit (best fit), lowest device ids
   first; one larger than any agent takes whole free agents of one size that divides
@@ -98,6 +137,15 @@ Knobs the API has no call for: ``expire_tokens()`` (session tokens then get 401)
 ``half_page(n)`` (the next paged answers carry half their items while their
 ``pagination`` still counts all of them), ``calls()``. Ids, tokens and times are
 deterministic: a fake clock starts at 2025-01-01T00:00:00Z and ticks 1.25 s per event.
+
+Simpler than Determined, for launching: one workspace (1) and project (1); no templates,
+context files or model definitions kept; a launch config is not checked beyond its
+resources (the real master decodes it strictly and validates it), an experiment config
+beyond ``resources`` and ``entrypoint``; names are made-up three-word pet names; a
+zero-slot launch whose default aux pool names no pool is answered 500 ``cannot find
+resource pool X`` (the real master fails its allocation, wrapped further). The trial
+restart check (``trial.go checkResourcePoolRemainingCapacity``) is not modelled: Determined
+runs it only when a trial failed on nodes a log policy blocked.
 """
 
 from __future__ import annotations
@@ -115,8 +163,31 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self, cast, get_args
 
+import yaml
 from werkzeug.wrappers import Request, Response
 
+from dynagent.testing.determined_admission import (
+    WORKSPACE_ID,
+    PoolState,
+    Refusal,
+    listing_failure,
+    resolve_resources,
+    tasks_to_prune,
+)
+from dynagent.testing.determined_master_config import (
+    DEFAULT_POOL,
+    DEFAULT_PRIORITY,
+    MAX_AUX_CONTAINERS_PER_AGENT,
+    VERSION,
+    MasterConfig,
+    ProviderConfig,
+    default_resource_manager,
+    parse_go_duration,
+    pool_fields,
+    printable_config,
+    provider_for_pool,
+    read_master_config,
+)
 from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
 
 if TYPE_CHECKING:
@@ -124,14 +195,10 @@ if TYPE_CHECKING:
 
     from dynagent.testing.tls import Certificate
 
-VERSION: Final = "0.38.1"
 # determined.common.api.authentication.PASSWORD_SALT: the client hashes before sending.
 PASSWORD_SALT: Final = "GubPEmmotfiK9TMD6Zdw"
-DEFAULT_POOL: Final = "default"
 # Complex enough that Determined's CLI does not warn about it on every run.
 DEFAULT_PASSWORD: Final = "L0cal-Determined"
-DEFAULT_PRIORITY: Final = 42  # the priority scheduler's default
-MAX_AUX_CONTAINERS_PER_AGENT: Final = 100  # resource pool config default
 DEFAULT_JOBS_LIMIT: Final = 100  # GetJobs/GetJobsV2 when limit is 0
 DEFAULT_BRAND: Final = "NVIDIA A100-SXM4-80GB"
 DEFAULT_TOKEN_LIFESPAN: Final = timedelta(days=30)
@@ -151,6 +218,9 @@ TaskType = Literal[
     "TRIAL", "COMMAND", "NOTEBOOK", "SHELL", "TENSORBOARD", "CHECKPOINT_GC", "GENERIC"
 ]
 _TASK_TYPES: Final = frozenset(get_args(TaskType))
+# What goes through admission: a command, notebook, shell, TensorBoard or an experiment's trial.
+LaunchType = Literal["TRIAL", "COMMAND", "NOTEBOOK", "SHELL", "TENSORBOARD"]
+_LAUNCH_TYPES: Final = frozenset(get_args(LaunchType))
 # Determined's job type for each user-visible task type; checkpoint GC has no job.
 _JOB_TYPES: Final = {
     "TRIAL": "TYPE_EXPERIMENT",
@@ -273,6 +343,27 @@ class _Pool:
     min_agents: int
     max_agents: int
     description: str
+    provider: ProviderConfig | None = None  # None for a static pool
+    max_aux_containers_per_agent: int = MAX_AUX_CONTAINERS_PER_AGENT
+    config_fields: JsonObject = field(default_factory=dict)  # as GET master/config prints it
+    # provisioner_launch_error(): the provisioner's launch error, the instances it lists
+    launch_error: str | None = None
+    listed_instances: int = 0
+
+
+@dataclass
+class _Experiment:
+    id: int
+    name: str
+    config: JsonObject
+    original_config: str
+    job_id: str
+    pool: str
+    user: _User
+    started: datetime
+    active: bool
+    trial_ids: list[int] = field(default_factory=list)
+    task_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -327,6 +418,7 @@ class _Task:
     username: str
     submitted: datetime
     resources: list[_Resources] = field(default_factory=list)
+    job_name: str | None = None  # the job's name when not the allocation's (an experiment's)
 
     @property
     def placed(self) -> bool:
@@ -339,6 +431,16 @@ class SubmittedTask(NamedTuple):
     task_id: str
     allocation_id: str
     job_id: str | None
+
+
+class LaunchedTask(NamedTuple):
+    """What launch() queued: the task, its allocation, its job, and the launch warnings
+    (``LAUNCH_WARNING_CURRENT_SLOTS_EXCEEDED`` when admitted with ``launch_error: false``)."""
+
+    task_id: str
+    allocation_id: str
+    job_id: str | None
+    warnings: tuple[str, ...]
 
 
 class AgentRegistration(NamedTuple):
@@ -373,7 +475,13 @@ class _State:
         self.default_aux_pool = DEFAULT_POOL
         self.agents: dict[str, _Agent] = {}
         self.tasks: dict[str, _Task] = {}  # by task id
-        self.ended: dict[str, str] = {}  # task id -> FINISHED or KILLED
+        self.ended: dict[str, str] = {}  # task id -> FINISHED, KILLED or ERROR
+        self.errors: dict[str, str] = {}  # task id -> why its allocation failed
+        self.launch_error = True  # master.yaml's launch_error
+        self.cluster_name = ""
+        self.config: MasterConfig | None = None
+        self.records: dict[int, _Experiment] = {}  # experiments made through the API
+        self.trials = itertools.count(1)
         self.registrations: list[AgentRegistration] = []
         self.heartbeats: dict[str, int] = {}
         self.experiments = itertools.count(1)
@@ -505,18 +613,9 @@ def _paginate(items: list[Any], offset: int, limit: int) -> tuple[list[Any], Jso
     return items[start:end], pagination
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")
-_UNITS: Final = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
 def _go_duration(text: str) -> timedelta:
-    """A Go duration string (``720h``, ``1h30m``) as time.ParseDuration reads the common ones."""
-    sign = -1.0 if text.startswith("-") else 1.0
-    body = text.lstrip("+-")
-    parts = _DURATION.findall(body)
-    if not body or "".join(n + u for n, u in parts) != body:
-        raise ValueError(f'time: invalid duration "{text}"')
-    return timedelta(seconds=sign * sum(float(n) * _UNITS[u] for n, u in parts))
+    """A Go duration string (``720h``, ``1h30m``) as time.ParseDuration reads it."""
+    return timedelta(microseconds=parse_go_duration(text) / 1000)
 
 
 # --------------------------------------------------------------------------------------
@@ -527,10 +626,13 @@ def _go_duration(text: str) -> timedelta:
 class LocalDetermined(Service):
     """A fake Determined master on 127.0.0.1, an OS-chosen port; see the module docstring.
 
-    Use it as a context manager, or call start() and stop(). It starts with one static
-    pool, ``default`` (the default compute and aux pool), and the given users (by
-    default ``admin``, an admin, and ``determined``, both with DEFAULT_PASSWORD; the
-    first user is an admin in any case). Everything here is safe to call from any thread.
+    Use it as a context manager, or call start() and stop(). It starts with the pools of
+    ``master_config`` (master.yaml's text or its mapping, read as the master reads it:
+    dynagent.testing.determined_master_config; MasterConfigError if the master would not
+    start with it). Without one: one static pool, ``default`` (the default compute and
+    aux pool). And the given users (by default ``admin``, an admin, and ``determined``,
+    both with DEFAULT_PASSWORD; the first user is an admin in any case). Everything here
+    is safe to call from any thread.
     """
 
     def __init__(
@@ -539,8 +641,10 @@ class LocalDetermined(Service):
         cluster_name: str = "local-determined",
         users: Mapping[str, str] | None = None,
         tls: bool = False,
+        master_config: str | Mapping[str, Any] | None = None,
     ) -> None:
         self._cluster_name = cluster_name
+        self._initial_config = read_master_config(master_config)
         # HTTPS with a certificate made here, as a master with security.tls serves.
         self.certificate: Certificate | None = None
         if tls:  # cryptography is imported only for a TLS master
@@ -600,12 +704,46 @@ class LocalDetermined(Service):
     # -- state ----------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Back to one empty ``default`` pool and the initial users; knobs off."""
+        """Back to the constructor's master config (its pools, empty), the initial users;
+        knobs off."""
+        self._restart(self._initial_config, keep_users=False)
+
+    def configure(self, master_config: str | Mapping[str, Any] | None) -> None:
+        """The master restarts with this master.yaml (text or mapping): its pools, empty,
+        no agents, tasks or knobs; users and their logins kept, as the master's database
+        keeps them. MasterConfigError, with the master's message, for a config the master
+        refuses; the running master is then left as it was. reset() goes back to the
+        constructor's config."""
+        self._restart(read_master_config(master_config), keep_users=True)
+
+    def _restart(self, config: MasterConfig, *, keep_users: bool) -> None:
         with self._lock:
+            old = self._state
             self._state = _State()
-            self.add_pool(DEFAULT_POOL)
+            if keep_users:
+                self._state.now, self._state.counter = old.now, old.counter
+                self._state.users, self._state.tokens = old.users, old.tokens
+                self._state.token_ids = old.token_ids
+            self._state.config = config
+            self._state.launch_error = config.launch_error
+            self._state.cluster_name = config.cluster_name
+            for pool in config.pools:
+                self._add_configured_pool(pool.name, pool.description, pool.provider)
+                added = self._state.pools[pool.name]
+                added.max_aux_containers_per_agent = pool.max_aux_containers_per_agent
+                added.config_fields = dict(pool.fields)
+            self._state.default_compute_pool = config.default_compute_pool
+            self._state.default_aux_pool = config.default_aux_pool
+            if keep_users:
+                return
             for index, (name, password) in enumerate(self._initial_users.items()):
                 self.add_user(name, password, admin=(name == "admin" or index == 0))
+
+    @property
+    def master_config(self) -> MasterConfig | None:
+        """The config the master runs with (None until the first reset)."""
+        with self._lock:
+            return self._state.config
 
     def _tick(self) -> datetime:
         self._state.now += _TICK
@@ -673,41 +811,93 @@ class LocalDetermined(Service):
         instance_type: str = "",
         preemptible: bool = False,
         min_agents: int = 0,
-        max_agents: int = 0,
+        max_agents: int | None = None,
         description: str = "",
         default_compute: bool = False,
         default_aux: bool = False,
     ) -> None:
-        """A resource pool. A static pool's slotsPerAgent is -1; a cloud pool needs it."""
+        """A resource pool, as if master.yaml listed it. A static pool's slotsPerAgent is
+        -1; a cloud pool needs it, and gets a provider with it as its slots per instance
+        and ``max_agents`` (default 5, Determined's) as its ``max_instances``, the rest
+        Determined's defaults, for admission (not validated: a shorthand for tests)."""
         if type not in ("STATIC", "AWS", "GCP"):
             raise ValueError(f"pool type {type!r}: STATIC, AWS or GCP")
+        provider = None
         if type == "STATIC":
             if slots_per_agent is not None:
                 raise ValueError("a static pool has no slots per agent (the API says -1)")
-            per_agent = -1
+            if max_agents:
+                raise ValueError("a static pool has no max_agents (it has no provider)")
         else:
             if slots_per_agent is None or slots_per_agent < 0:
                 raise ValueError(f"a {type} pool needs slots_per_agent >= 0")
-            per_agent = slots_per_agent
-        default_location = {"STATIC": "on-prem", "AWS": "us-west-2", "GCP": "us-central1-a"}
-        with self._lock:
-            if name in self._state.pools:
-                raise ValueError(f"pool {name!r} exists")
-            self._state.pools[name] = _Pool(
-                name=name,
-                type=type,
-                slots_per_agent=per_agent,
+            default_location = {"AWS": "us-west-2", "GCP": "us-central1-a"}
+            provider = provider_for_pool(
+                "aws" if type == "AWS" else "gcp",
+                slots_per_instance=slots_per_agent,
                 location=location or default_location[type],
                 instance_type=instance_type,
                 preemptible=preemptible,
-                min_agents=min_agents,
-                max_agents=max_agents,
-                description=description,
+                min_instances=min_agents,
+                max_instances=5 if max_agents is None else max_agents,
             )
+        with self._lock:
+            self._add_configured_pool(name, description, provider)
             if default_compute:
                 self._state.default_compute_pool = name
             if default_aux:
                 self._state.default_aux_pool = name
+
+    def _add_configured_pool(
+        self, name: str, description: str, provider: ProviderConfig | None
+    ) -> None:
+        if name in self._state.pools:
+            raise ValueError(f"pool {name!r} exists")
+        pool_type: PoolType = "STATIC"
+        if provider is not None:
+            pool_type = "AWS" if provider.type == "aws" else "GCP"
+        self._state.pools[name] = _Pool(
+            name=name,
+            type=pool_type,
+            slots_per_agent=-1 if provider is None else provider.slots_per_instance,
+            location="on-prem" if provider is None else provider.location,
+            instance_type="" if provider is None else provider.instance_type,
+            preemptible=False if provider is None else provider.preemptible,
+            min_agents=0 if provider is None else provider.min_instances,
+            max_agents=0 if provider is None else provider.max_instances,
+            description=description,
+            provider=provider,
+            config_fields=pool_fields(name, description, provider),
+        )
+
+    def provisioner_launch_error(
+        self, pool: str, message: str | None, *, listed_instances: int = 0
+    ) -> None:
+        """The pool's provisioner failed to launch (``message``, e.g. an EC2 error) and its
+        provider lists ``listed_instances`` instances; None clears the error. From the next
+        schedule() on, pending tasks in the pool that want more slots than those instances
+        hold fail, as Determined's ``pruneTaskList`` fails them (task_state() ERROR).
+        ValueError for a pool with no provider (no provisioner) or one whose provider
+        cannot list: Determined's ``Provision`` returns before it ever launches there."""
+        if listed_instances < 0:
+            raise ValueError("listed_instances must be >= 0")
+        with self._lock:
+            if pool not in self._state.pools:
+                raise ValueError(f"no pool {pool!r}")
+            target = self._state.pools[pool]
+            if target.provider is None:
+                raise ValueError(
+                    f"pool {pool!r} has no provider, so Determined runs no provisioner for it "
+                    "and it can have no launch error"
+                )
+            failure = listing_failure(target.provider)
+            if failure is not None and message is not None:
+                raise ValueError(
+                    f"pool {pool!r}: its provider cannot list instances ({failure}); "
+                    "Determined's provisioner returns before launching, so it never has a "
+                    "launch error"
+                )
+            target.launch_error, target.listed_instances = message, listed_instances
 
     # -- agents ---------------------------------------------------------------------
 
@@ -789,8 +979,10 @@ class LocalDetermined(Service):
         priority: int = DEFAULT_PRIORITY,
         user: str | None = None,
     ) -> SubmittedTask:
-        """Queue a task (not placed until schedule()). The pool defaults to the default
-        compute pool (the aux pool for a zero-slot task)."""
+        """Queue a task the master has already admitted (not placed until schedule()): no
+        admission here, so a test can set up any queue; launch() and the API's launch
+        endpoints admit first. The pool defaults to the default compute pool (the aux
+        pool for a zero-slot task)."""
         if type not in _TASK_TYPES:
             raise ValueError(f"task type {type!r}: one of {sorted(_TASK_TYPES)}")
         if slots < 0:
@@ -802,36 +994,99 @@ class LocalDetermined(Service):
             if pool not in state.pools:
                 raise ValueError(f"no pool {pool!r}")
             owner = state.users[user] if user else next(iter(state.users.values()))
-            seq = next(state.counter)
+            task = self._queue(name, slots, pool, type, priority, owner)
+            return SubmittedTask(task.task_id, task.allocation_id, task.job_id)
+
+    def _queue(
+        self,
+        name: str,
+        slots: int,
+        pool: str,
+        type: str,
+        priority: int,
+        owner: _User,
+        *,
+        experiment_id: int | None = None,
+        job_id: str | None = None,
+    ) -> _Task:
+        state = self._state
+        seq = next(state.counter)
+        if type == "TRIAL":
+            experiment = next(state.experiments) if experiment_id is None else experiment_id
+            task_id = f"{experiment}.{self._uuid('trial')}"
+            entity_id = str(experiment)
+        else:
+            task_id = self._uuid("task")
+            entity_id = task_id
+        if job_id is None and type in _JOB_TYPES:
+            job_id = self._uuid("job")
+        task = _Task(
+            seq=seq,
+            task_id=task_id,
+            allocation_id=f"{task_id}.1",
+            job_id=job_id,
+            entity_id=entity_id,
+            name=name,
+            type=type,
+            slots=slots,
+            pool=pool,
+            priority=priority,
+            user_id=owner.id,
+            username=owner.username,
+            submitted=self._tick(),
+        )
+        state.tasks[task_id] = task
+        return task
+
+    def launch(
+        self,
+        type: LaunchType,
+        slots: int | None = None,
+        pool: str | None = None,
+        *,
+        single_node: bool = False,
+        priority: int | None = None,
+        user: str | None = None,
+    ) -> LaunchedTask:
+        """Submit through the master's admission, as the type's endpoint does
+        (``POST /api/v1/commands``, ``notebooks``, ``shells``, ``tensorboards``,
+        ``experiments``): ApiError with that endpoint's code and message when the master
+        refuses; otherwise the task is queued, with the launch warnings the answer would
+        carry. ``slots`` defaults as Determined's do (1; a TensorBoard always takes 0); a
+        TRIAL is the one trial of a new experiment with ``slots_per_trial: slots``, and
+        ``single_node`` is its ``resources.is_single_node`` (the other types are always
+        single-node). ``user`` defaults to the first user."""
+        if type not in _LAUNCH_TYPES:
+            raise ValueError(f"launch type {type!r}: one of {sorted(_LAUNCH_TYPES)}")
+        if single_node and type != "TRIAL":
+            raise ValueError("single_node is for a TRIAL: other types are always single-node")
+        resources: JsonObject = {}
+        if slots is not None:
+            resources["slots_per_trial" if type == "TRIAL" else "slots"] = slots
+        if pool is not None:
+            resources["resource_pool"] = pool
+        if priority is not None:
+            resources["priority"] = priority
+        if single_node:
+            resources["is_single_node"] = True
+        with self._lock:
+            owner = self._state.users[user] if user else next(iter(self._state.users.values()))
             if type == "TRIAL":
-                experiment = next(state.experiments)
-                task_id = f"{experiment}.{self._uuid('trial')}"
-                entity_id = str(experiment)
+                config = {"entrypoint": "python3 train.py", "resources": resources}
+                experiment, warnings = self._create_experiment(
+                    config, yaml.safe_dump(config), owner, activate=True
+                )
+                task = self._state.tasks[experiment.task_ids[0]]
             else:
-                task_id = self._uuid("task")
-                entity_id = task_id
-            job_id = self._uuid("job") if type in _JOB_TYPES else None
-            task = _Task(
-                seq=seq,
-                task_id=task_id,
-                allocation_id=f"{task_id}.1",
-                job_id=job_id,
-                entity_id=entity_id,
-                name=name,
-                type=type,
-                slots=slots,
-                pool=pool,
-                priority=priority,
-                user_id=owner.id,
-                username=owner.username,
-                submitted=self._tick(),
-            )
-            state.tasks[task_id] = task
-            return SubmittedTask(task_id, task.allocation_id, job_id)
+                task, warnings = self._launch_task(type, {"resources": resources}, owner)
+            return LaunchedTask(task.task_id, task.allocation_id, task.job_id, warnings)
 
     def schedule(self) -> list[str]:
-        """Place what fits, in priority then submission order; the task ids placed."""
+        """One scheduler tick: first prune the pools whose provisioner has a launch
+        error (provisioner_launch_error), then place what fits, in priority then
+        submission order; the task ids placed."""
         with self._lock:
+            self._prune()
             placed: list[str] = []
             pending = [t for t in self._state.tasks.values() if not t.placed]
             for task in sorted(pending, key=lambda t: (t.priority, t.seq)):
@@ -849,6 +1104,21 @@ class LocalDetermined(Service):
                 placed.append(task.task_id)
             return placed
 
+    def _prune(self) -> None:
+        """resource_pool.go pruneTaskList, for each pool with a launch error."""
+        for pool in self._state.pools.values():
+            if pool.provider is None or pool.launch_error is None:
+                continue
+            pending = [
+                (t.task_id, t.slots)
+                for t in self._state.tasks.values()
+                if t.pool == pool.name and not t.placed
+            ]
+            for task_id in tasks_to_prune(pending, pool.provider, pool.listed_instances):
+                # sproto.InvalidResourcesRequestError, which fails the allocation
+                self._state.errors[task_id] = f"invalid resources request: {pool.launch_error}"
+                self._end(self._state.tasks[task_id], "ERROR")
+
     def _fit(self, task: _Task) -> list[tuple[_Agent, list[int]]] | None:
         agents = sorted(
             (a for a in self._state.agents.values() if a.pool == task.pool and a.schedulable()),
@@ -856,7 +1126,8 @@ class LocalDetermined(Service):
         )
         if task.slots == 0:
             for agent in agents:
-                if len(agent.zero_slot) < MAX_AUX_CONTAINERS_PER_AGENT:
+                limit = self._state.pools[task.pool].max_aux_containers_per_agent
+                if len(agent.zero_slot) < limit:
                     return [(agent, [])]
             return None
         fits = [a for a in agents if len(a.free_devices()) >= task.slots]
@@ -878,11 +1149,17 @@ class LocalDetermined(Service):
             self._end(self._task(task_id), "FINISHED")
 
     def task_state(self, task_id: str) -> str:
-        """QUEUED, RUNNING, FINISHED or KILLED (by a disable without drain)."""
+        """QUEUED, RUNNING, FINISHED, KILLED (by a disable without drain) or ERROR (pruned
+        after a launch error: task_error() says why)."""
         with self._lock:
             if task_id in self._state.ended:
                 return self._state.ended[task_id]
             return "RUNNING" if self._task(task_id).placed else "QUEUED"
+
+    def task_error(self, task_id: str) -> str | None:
+        """Why the task's allocation failed (a task in ERROR), else None."""
+        with self._lock:
+            return self._state.errors.get(task_id)
 
     def placement(self, task_id: str) -> dict[str, list[int]]:
         """Agent id -> device ids the task runs on ([] for a zero-slot task)."""
@@ -1098,7 +1375,7 @@ class LocalDetermined(Service):
             "version": VERSION,
             "master_id": _MASTER_ID,
             "cluster_id": _CLUSTER_ID,
-            "cluster_name": self._cluster_name,
+            "cluster_name": self._cluster_name_now(),
             "telemetry": {"enabled": False, "otel_enabled": False, "otel_endpoint": ""},
             "sso_providers": None,
         }
@@ -1358,11 +1635,11 @@ class LocalDetermined(Service):
                 aux_capacity += len(agent.zero_slot)
             elif agent.enabled:
                 available += agent.slots
-                aux_capacity += MAX_AUX_CONTAINERS_PER_AGENT
-        cloud = pool.type != "STATIC"
+                aux_capacity += pool.max_aux_containers_per_agent
+        provider = pool.provider
         device_types = {a.slot_type for a in agents if a.slots and (a.enabled or a.draining)}
-        if cloud:
-            slot_type = "TYPE_CUDA" if pool.slots_per_agent > 0 else "TYPE_CPU"
+        if provider is not None:
+            slot_type = provider.slot_type
         elif device_types:
             slot_type = "TYPE_CUDA" if "cuda" in device_types else "TYPE_CPU"
         else:
@@ -1389,32 +1666,22 @@ class LocalDetermined(Service):
             "minAgents": pool.min_agents,
             "maxAgents": pool.max_agents,
             "slotsPerAgent": pool.slots_per_agent,
-            "auxContainerCapacityPerAgent": MAX_AUX_CONTAINERS_PER_AGENT,
+            "auxContainerCapacityPerAgent": pool.max_aux_containers_per_agent,
             "schedulerType": "SCHEDULER_TYPE_PRIORITY",
             "schedulerFittingPolicy": "FITTING_POLICY_BEST",
             "location": pool.location,
-            "imageId": "",
             "instanceType": pool.instance_type,
-            "masterUrl": "",
-            "masterCertName": "",
-            "startupScript": "",
-            "containerStartupScript": "",
-            "agentDockerNetwork": "",
-            "agentDockerRuntime": "",
-            "agentDockerImage": "",
-            "agentFluentImage": "",
-            "maxIdleAgentPeriod": 300 if cloud else 0,
-            "maxAgentStartingPeriod": 300 if cloud else 0,
+            **_provider_summary(provider),
             "details": {
-                "aws": _aws_detail(pool) if pool.type == "AWS" else None,
-                "gcp": _gcp_detail(pool) if pool.type == "GCP" else None,
+                "aws": _aws_detail(provider) if provider and provider.type == "aws" else None,
+                "gcp": _gcp_detail(provider) if provider and provider.type == "gcp" else None,
                 "priorityScheduler": {
                     "preemption": False,
                     "defaultPriority": DEFAULT_PRIORITY,
                     "k8Priorities": [],
                 },
             },
-            "accelerator": "",
+            "accelerator": provider.accelerator if provider else "",
             "stats": {"queuedCount": queued, "scheduledCount": scheduled},
             "resourceManagerMetadata": {},
             "clusterName": self._cluster_name,
@@ -1510,10 +1777,375 @@ class LocalDetermined(Service):
             "jobId": task.job_id,
             "requestedSlots": task.slots,
             "allocatedSlots": task.slots if task.placed else 0,
-            "name": task.name,
+            "name": task.job_name or task.name,
             "progress": 0,
             "workspaceId": 1,
         }
+
+    # -- the master's config --------------------------------------------------------
+
+    def _get_master_config(self, _: Request, user: _User | None) -> Response:
+        # cluster/authz_basic_impl.go CanGetMasterConfig: admins only, the bare status.
+        if user is None or not user.admin:
+            raise ApiError(7, "user does not have permission")
+        return self._json({"config": self._printable_config()})
+
+    def _printable_config(self) -> JsonObject:
+        state = self._state
+        config = state.config
+        manager = dict(config.resource_manager) if config else default_resource_manager()
+        manager["default_compute_resource_pool"] = state.default_compute_pool
+        manager["default_aux_resource_pool"] = state.default_aux_pool
+        return printable_config(
+            state.launch_error,
+            self._cluster_name_now(),
+            manager,
+            [p.config_fields for p in state.pools.values()],
+        )
+
+    def _cluster_name_now(self) -> str:
+        """master.yaml's cluster_name, else the constructor's."""
+        return self._state.cluster_name or self._cluster_name
+
+    # -- launching: admission, then a queued task -------------------------------------
+
+    def _pool_states(self) -> dict[str, PoolState]:
+        slots: dict[str, list[int]] = {name: [] for name in self._state.pools}
+        for agent in self._state.agents.values():
+            slots[agent.pool].append(agent.slots)
+        return {
+            name: PoolState(name, pool.provider, tuple(slots[name]))
+            for name, pool in self._state.pools.items()
+        }
+
+    def _admit(self, requested: str, slots: int, single_node: bool) -> tuple[str, tuple[str, ...]]:
+        """spec_util.go ResolveResources; Refusal as the Go code raises it."""
+        state = self._state
+        pool, warnings = resolve_resources(
+            self._pool_states(),
+            requested,
+            slots,
+            single_node,
+            default_compute=state.default_compute_pool,
+            default_aux=state.default_aux_pool,
+            launch_error=state.launch_error,
+        )
+        if pool not in state.pools:
+            # Only a zero-slot task whose default aux pool names no pool gets here:
+            # admission never looks it up, the allocation does (agentrm Allocate).
+            raise ApiError(13, f"cannot find resource pool {pool}")
+        return pool, warnings
+
+    def _admit_task(
+        self, type: str, config: Mapping[str, Any]
+    ) -> tuple[str, int, int, tuple[str, ...]]:
+        """api_command.go getCommandLaunchParams up to its resources: (pool, slots,
+        priority, warnings). Resources as model.ParseJustResources reads them (``slots``
+        1 unless given; a TensorBoard's forced to 0), always single-node; a refusal
+        wrapped as WrapWithFallbackCode wraps it (its own code, else InvalidArgument)."""
+        resources = config.get("resources") or {}
+        if not isinstance(resources, Mapping):
+            raise ApiError(3, "failed to prepare launch params: resources must be a mapping")
+        slots = 0 if type == "TENSORBOARD" else _resource_int(resources, "slots", 1)
+        requested = _resource_str(resources, "resource_pool")
+        try:
+            pool, warnings = self._admit(requested, slots, True)
+        except Refusal as refusal:
+            raise ApiError(
+                refusal.code or 3, f"failed to prepare launch params: {refusal.message}"
+            ) from None
+        return pool, slots, _resource_int(resources, "priority", DEFAULT_PRIORITY), warnings
+
+    def _launch_task(
+        self, type: str, config: Mapping[str, Any], owner: _User
+    ) -> tuple[_Task, tuple[str, ...]]:
+        """An admitted command, notebook, shell or TensorBoard, queued."""
+        pool, slots, priority, warnings = self._admit_task(type, config)
+        description = config.get("description") or f"{_LAUNCHED[type][1]} ({self._petname()})"
+        return self._queue(str(description), slots, pool, type, priority, owner), warnings
+
+    def _launch_endpoint(self, request: Request, user: _User | None, type: str) -> Response:
+        """POST /api/v1/commands|notebooks|shells|tensorboards, as the api_*.go Launch*
+        handlers check them, in their order."""
+        assert user is not None
+        body = _body(request)
+        config = _field(body, "config", dict, {})
+        workspace_id = _field(body, "workspaceId", int, 0)
+        experiment_ids = _field(body, "experimentIds", list, [])
+        trial_ids = _field(body, "trialIds", list, [])
+        if type == "TENSORBOARD" and not (experiment_ids or trial_ids or body.get("filters")):
+            raise ApiError(3, "must set experiment, trial ids, or filters")
+        if workspace_id not in (0, WORKSPACE_ID):
+            raise _not_found("workspace", str(workspace_id))
+        self._admit_task(type, config)
+        if type == "NOTEBOOK" and _field(body, "preview", bool, False):
+            return self._json({"notebook": _empty_ntsc("NOTEBOOK"), "config": config})
+        if type == "TENSORBOARD":
+            records = self._state.records.values()
+            known = {e.id for e in records} | {t for e in records for t in e.trial_ids}
+            if not known & {*experiment_ids, *trial_ids}:
+                raise ApiError(3, "no experiments found")
+        task, warnings = self._launch_task(type, config, user)
+        entity = self._ntsc_json(task, type)
+        if type == "TENSORBOARD":
+            entity |= {"experimentIds": experiment_ids, "trialIds": trial_ids}
+        resources = {**(config.get("resources") or {}), "slots": task.slots}
+        resources |= {"resource_pool": task.pool, "priority": task.priority}
+        out_config = {**config, "description": task.name, "resources": resources}
+        return self._json(
+            {_LAUNCHED[type][0]: entity, "config": out_config, "warnings": list(warnings)}
+        )
+
+    def _ntsc_json(self, task: _Task, type: str) -> JsonObject:
+        """command.go ToV1Command/Notebook/Shell/Tensorboard, for a task not yet placed."""
+        out: JsonObject = {
+            "id": task.task_id,
+            "description": task.name,
+            "state": "STATE_RUNNING" if task.placed else "STATE_QUEUED",
+            "startTime": timestamp(task.submitted),
+            "container": None,
+            "displayName": "",
+            "userId": task.user_id,
+            "username": task.username,
+            "resourcePool": task.pool,
+            "exitStatus": "",
+            "jobId": task.job_id,
+            "workspaceId": WORKSPACE_ID,
+        }
+        if type == "NOTEBOOK":
+            out["serviceAddress"] = f"/proxy/{task.task_id}/?token="
+        elif type == "TENSORBOARD":
+            out["serviceAddress"] = f"/proxy/{task.task_id}/"
+        elif type == "SHELL":
+            out |= {"privateKey": "", "publicKey": "", "addresses": [], "agentUserGroup": None}
+        return out
+
+    def _launch_command(self, request: Request, user: _User | None) -> Response:
+        return self._launch_endpoint(request, user, "COMMAND")
+
+    def _launch_notebook(self, request: Request, user: _User | None) -> Response:
+        return self._launch_endpoint(request, user, "NOTEBOOK")
+
+    def _launch_shell(self, request: Request, user: _User | None) -> Response:
+        return self._launch_endpoint(request, user, "SHELL")
+
+    def _launch_tensorboard(self, request: Request, user: _User | None) -> Response:
+        return self._launch_endpoint(request, user, "TENSORBOARD")
+
+    # -- experiments ----------------------------------------------------------------
+
+    def _post_experiment(self, request: Request, user: _User | None) -> Response:
+        """POST /api/v1/experiments (CreateExperimentRequest) as api_experiment.go
+        CreateExperiment and core_experiment.go parseCreateExperiment check it."""
+        assert user is not None
+        body = _body(request)
+        text = _field(body, "config", str, "")
+        activate = _field(body, "activate", bool, False)
+        validate_only = _field(body, "validateOnly", bool, False)
+        if _field(body, "unmanaged", bool, False):
+            raise ApiError(12, "unmanaged experiments are not modelled by LocalDetermined")
+        project_id = _field(body, "projectId", int, 0)
+        if project_id not in (0, 1):
+            raise _not_found("project", str(project_id))
+        try:
+            config = yaml.safe_load(text) if text.strip() else {}
+        except yaml.YAMLError as exc:
+            raise ApiError(13, f"invalid experiment configuration: {exc}") from None
+        if not isinstance(config, dict):
+            raise ApiError(13, "invalid experiment configuration: not a mapping")
+        if validate_only:
+            self._admit_experiment(config)
+            return self._json({"experiment": _empty_experiment(), "config": None, "warnings": []})
+        experiment, warnings = self._create_experiment(config, text, user, activate=activate)
+        return self._json(
+            {
+                "experiment": self._experiment_json(experiment),
+                "config": experiment.config,
+                "warnings": list(warnings),
+            }
+        )
+
+    def _admit_experiment(self, config: Mapping[str, Any]) -> tuple[str, int, tuple[str, ...]]:
+        """parseCreateExperiment up to its resources: (pool, slots per trial, warnings).
+        Its errors are plain Go errors (HTTP 500) unless they wrap a status error."""
+        resources = config.get("resources") or {}
+        if not isinstance(resources, Mapping):
+            raise ApiError(13, "invalid experiment configuration: resources must be a mapping")
+        if "slots" in resources:
+            raise ApiError(13, '<config>.resources: additionalProperties "slots" not allowed')
+        slots = _resource_int(resources, "slots_per_trial", 1)
+        single_node = resources.get("is_single_node") is True
+        try:
+            pool, warnings = self._admit(
+                _resource_str(resources, "resource_pool"), slots, single_node
+            )
+        except Refusal as refusal:
+            raise ApiError(
+                refusal.code or 13, f"invalid resource configuration: {refusal.message}"
+            ) from None
+        if not config.get("entrypoint"):
+            raise ApiError(13, "managed experiments require entrypoint")
+        return pool, slots, warnings
+
+    def _create_experiment(
+        self, config: JsonObject, text: str, owner: _User, *, activate: bool
+    ) -> tuple[_Experiment, tuple[str, ...]]:
+        """An admitted experiment; activated, its one trial is queued (a searcher's other
+        trials are not modelled: one trial of slots_per_trial is what admission and the
+        autoscaler see first)."""
+        pool, slots, warnings = self._admit_experiment(config)
+        state = self._state
+        experiment_id = next(state.experiments)
+        resources = config.get("resources") or {}
+        priority = _resource_int(resources, "priority", DEFAULT_PRIORITY)
+        name = config.get("name") or f"Experiment ({self._petname()})"
+        config = {**config, "name": name}
+        config["resources"] = {**resources, "resource_pool": pool, "priority": priority}
+        experiment = _Experiment(
+            id=experiment_id,
+            name=str(name),
+            config=config,
+            original_config=text,
+            job_id=self._uuid("job"),
+            pool=pool,
+            user=owner,
+            started=self._tick(),
+            active=activate,
+        )
+        state.records[experiment_id] = experiment
+        if activate:
+            trial_id = next(state.trials)
+            task = self._queue(
+                f"Trial {trial_id} (Experiment {experiment_id})",
+                slots,
+                pool,
+                "TRIAL",
+                priority,
+                owner,
+                experiment_id=experiment_id,
+                job_id=experiment.job_id,
+            )
+            task.job_name = experiment.name
+            experiment.trial_ids.append(trial_id)
+            experiment.task_ids.append(task.task_id)
+        return experiment, warnings
+
+    def _experiment_json(self, experiment: _Experiment) -> JsonObject:
+        searcher = experiment.config.get("searcher") or {}
+        return {
+            **_empty_experiment(),
+            "id": experiment.id,
+            "description": str(experiment.config.get("description") or ""),
+            "labels": list(experiment.config.get("labels") or []),
+            "startTime": timestamp(experiment.started),
+            "state": "STATE_ACTIVE" if experiment.active else "STATE_PAUSED",
+            "numTrials": len(experiment.trial_ids),
+            "trialIds": list(experiment.trial_ids),
+            "userId": experiment.user.id,
+            "username": experiment.user.username,
+            "resourcePool": experiment.pool,
+            "searcherType": str(searcher.get("name") or ""),
+            "searcherMetric": str(searcher.get("metric") or ""),
+            "hyperparameters": experiment.config.get("hyperparameters"),
+            "name": experiment.name,
+            "jobId": experiment.job_id,
+            "config": experiment.config,
+            "originalConfig": experiment.original_config,
+        }
+
+    def _petname(self) -> str:
+        """A three-word name, as petname.Generate(3, "-") makes; deterministic here."""
+        n = next(self._state.counter)
+        return "-".join(
+            (_ADVERBS[n % len(_ADVERBS)], _ADJECTIVES[n // 3 % len(_ADJECTIVES)], _NAMES[n % 7])
+        )
+
+
+# Task type -> (response key, description prefix), from the api_*.go launchers.
+_LAUNCHED: Final = {
+    "COMMAND": ("command", "Command"),
+    "NOTEBOOK": ("notebook", "JupyterLab"),
+    "SHELL": ("shell", "Shell"),
+    "TENSORBOARD": ("tensorboard", "TensorBoard"),
+}
+_ADVERBS: Final = ("quickly", "gladly", "calmly", "boldly", "deeply")
+_ADJECTIVES: Final = ("brave", "quiet", "lucky", "rapid", "tidy", "warm")
+_NAMES: Final = ("otter", "heron", "lynx", "marmot", "finch", "bison", "gecko")
+
+
+def _resource_int(resources: Mapping[str, Any], key: str, default: int) -> int:
+    value = resources.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ApiError(3, f"resources.{key} must be an integer >= 0, not {value!r}")
+    return value
+
+
+def _resource_str(resources: Mapping[str, Any], key: str) -> str:
+    value = resources.get(key) or ""
+    if not isinstance(value, str):
+        raise ApiError(3, f"resources.{key} must be a string, not {value!r}")
+    return value
+
+
+def _empty_ntsc(type: str) -> JsonObject:
+    """A Notebook (or command, shell, TensorBoard) message left unset, as JSONPb writes it."""
+    out: JsonObject = {
+        "id": "",
+        "description": "",
+        "state": "STATE_UNSPECIFIED",
+        "startTime": None,
+        "container": None,
+        "displayName": "",
+        "userId": 0,
+        "username": "",
+        "resourcePool": "",
+        "exitStatus": "",
+        "jobId": "",
+        "workspaceId": 0,
+    }
+    if type in ("NOTEBOOK", "TENSORBOARD"):
+        out["serviceAddress"] = ""
+    return out
+
+
+def _empty_experiment() -> JsonObject:
+    """experimentv1.Experiment{} as JSONPb writes it (the validate-only answer)."""
+    return {
+        "id": 0,
+        "description": "",
+        "labels": [],
+        "startTime": None,
+        "endTime": None,
+        "state": "STATE_UNSPECIFIED",
+        "archived": False,
+        "numTrials": 0,
+        "trialIds": [],
+        "displayName": "",
+        "userId": 0,
+        "username": "",
+        "resourcePool": "",
+        "searcherType": "",
+        "searcherMetric": "",
+        "hyperparameters": None,
+        "name": "",
+        "notes": "",
+        "jobId": "",
+        "forkedFrom": None,
+        "progress": None,
+        "projectId": 1,
+        "projectName": "Uncategorized",
+        "workspaceId": WORKSPACE_ID,
+        "workspaceName": "Uncategorized",
+        "parentArchived": False,
+        "config": None,
+        "originalConfig": "",
+        "projectOwnerId": 1,
+        "checkpointSize": "0",
+        "checkpointCount": 0,
+        "unmanaged": False,
+    }
 
 
 def _slot_stats(slots: list[JsonObject]) -> JsonObject:
@@ -1538,48 +2170,82 @@ def _slot_stats(slots: list[JsonObject]) -> JsonObject:
     }
 
 
-def _aws_detail(pool: _Pool) -> JsonObject:
+def _seconds(duration: str) -> float:
+    return parse_go_duration(duration) / 1e9
+
+
+def _provider_summary(provider: ProviderConfig | None) -> JsonObject:
+    """agent_resource_manager.go createResourcePoolSummary: a pool's provider fields (the
+    printable config's: scripts masked); a static pool's are empty."""
+    if provider is None:
+        fields: JsonObject = {}
+    else:
+        fields = printable_config(True, "", {}, [pool_fields("", "", provider)])
+        fields = fields["resource_pools"][0]["provider"]
     return {
-        "region": pool.location,
-        "rootVolumeSize": 200,
-        "imageId": "",
-        "tagKey": "managed-by",
-        "tagValue": "determined",
-        "instanceName": "determined-ai-agent",
-        "sshKeyName": "",
-        "publicIp": False,
-        "subnetId": "",
-        "securityGroupId": "",
-        "iamInstanceProfileArn": "",
-        "instanceType": pool.instance_type,
-        "logGroup": "",
-        "logStream": "",
-        "spotEnabled": pool.preemptible,
-        "spotMaxPrice": "",
-        "customTags": [],
+        "imageId": provider.image_id if provider else "",
+        "masterUrl": fields.get("master_url", ""),
+        "masterCertName": fields.get("master_cert_name", ""),
+        "startupScript": fields.get("startup_script", ""),
+        "containerStartupScript": fields.get("container_startup_script", ""),
+        "agentDockerNetwork": fields.get("agent_docker_network", ""),
+        "agentDockerRuntime": fields.get("agent_docker_runtime", ""),
+        "agentDockerImage": fields.get("agent_docker_image", ""),
+        "agentFluentImage": "",
+        "maxIdleAgentPeriod": _seconds(fields.get("max_idle_agent_period", "0s")),
+        "maxAgentStartingPeriod": _seconds(fields.get("max_agent_starting_period", "0s")),
     }
 
 
-def _gcp_detail(pool: _Pool) -> JsonObject:
+def _aws_detail(provider: ProviderConfig) -> JsonObject:
+    aws = provider.fields
+    network = aws["network_interface"]
     return {
-        "project": "local-project",
-        "zone": pool.location,
-        "bootDiskSize": 200,
-        "bootDiskSourceImage": "",
-        "labelKey": "managed-by",
-        "labelValue": "determined",
-        "namePrefix": "det-",
-        "network": "projects/local-project/global/networks/default",
-        "subnetwork": "",
-        "externalIp": False,
-        "networkTags": [],
-        "serviceAccountEmail": "default",
-        "serviceAccountScopes": ["https://www.googleapis.com/auth/cloud-platform"],
-        "machineType": pool.instance_type,
-        "gpuType": "nvidia-tesla-a100" if pool.slots_per_agent > 0 else "",
-        "gpuNum": max(pool.slots_per_agent, 0),
-        "preemptible": pool.preemptible,
-        "operationTimeoutPeriod": 300,
+        "region": aws["region"],
+        "rootVolumeSize": aws["root_volume_size"],
+        "imageId": aws["image_id"],
+        "tagKey": aws["tag_key"],
+        "tagValue": aws["tag_value"],
+        "instanceName": aws["instance_name"],
+        "sshKeyName": aws["ssh_key_name"],
+        "publicIp": network["public_ip"],
+        "subnetId": network["subnet_id"],
+        "securityGroupId": network["security_group_id"],
+        "iamInstanceProfileArn": aws["iam_instance_profile_arn"],
+        "instanceType": aws["instance_type"],
+        "logGroup": aws["log_group"],
+        "logStream": aws["log_stream"],
+        "spotEnabled": aws["spot"],
+        "spotMaxPrice": aws["spot_max_price"],
+        "customTags": [
+            {"key": tag.get("key", ""), "value": tag.get("value", "")}
+            for tag in aws["custom_tags"] or []
+        ],
+    }
+
+
+def _gcp_detail(provider: ProviderConfig) -> JsonObject:
+    gcp = provider.fields
+    network, account, kind = gcp["network_interface"], gcp["service_account"], gcp["instance_type"]
+    return {
+        "project": gcp["project"],
+        "zone": gcp["zone"],
+        "bootDiskSize": gcp["boot_disk_size"],
+        "bootDiskSourceImage": gcp["boot_disk_source_image"],
+        "labelKey": gcp["label_key"],
+        "labelValue": gcp["label_value"],
+        "namePrefix": gcp["name_prefix"],
+        "network": network["network"],
+        "subnetwork": network["subnetwork"],
+        "externalIp": network["external_ip"],
+        "networkTags": list(gcp["network_tags"] or []),
+        "serviceAccountEmail": account["email"],
+        "serviceAccountScopes": list(account["scopes"] or []),
+        "machineType": kind["machine_type"],
+        "gpuType": kind["gpu_type"],
+        "gpuNum": kind["gpu_num"],
+        "preemptible": kind["preemptible"],
+        "operationTimeoutPeriod": _seconds(gcp["operation_timeout_period"]),
     }
 
 
@@ -1601,6 +2267,12 @@ _ROUTE_TABLE: Final[list[tuple[str, str, _Handler, bool]]] = [
     ("GET", r"/api/v1/tasks", LocalDetermined._get_tasks, True),
     ("GET", r"/api/v1/job-queues", LocalDetermined._get_jobs, True),
     ("GET", r"/api/v1/job-queues-v2", LocalDetermined._get_jobs_v2, True),
+    ("GET", r"/api/v1/master/config", LocalDetermined._get_master_config, True),
+    ("POST", r"/api/v1/commands", LocalDetermined._launch_command, True),
+    ("POST", r"/api/v1/notebooks", LocalDetermined._launch_notebook, True),
+    ("POST", r"/api/v1/shells", LocalDetermined._launch_shell, True),
+    ("POST", r"/api/v1/tensorboards", LocalDetermined._launch_tensorboard, True),
+    ("POST", r"/api/v1/experiments", LocalDetermined._post_experiment, True),
 ]
 _HEARTBEAT: Final = re.compile(r"/agents/([^/]+)/heartbeat")
 _ROUTES: Final = [
