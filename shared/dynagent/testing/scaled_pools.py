@@ -1,28 +1,15 @@
-"""The master's side of the pools dynagent scales: each as ``dynagent master-config``
-writes it, so the local master admits their work as a stock master with that fragment."""
+"""The master's side of the pools dynagent scales: the local master restarted with the
+``resource_pools`` that ``dynagent master-config`` prints, so it admits their work as a
+stock master with that fragment does."""
 
 from __future__ import annotations
 
-from dynagent.admission import aws_slots
 from dynagent.config import Config
-from dynagent.master_config import admission_provider
+from dynagent.master_config import master_pools
 from dynagent.testing.determined import LocalDetermined
 
 
 def add_scaled_pools(master: LocalDetermined, config: Config) -> None:
-    """Add each of the config's pools to the master with its admission-only provider."""
-    named: dict[str, int] = {}
-    for pool in config.pools.values():
-        provider = admission_provider(pool, named)
-        master.add_pool(
-            pool.name,
-            "AWS",
-            slots_per_agent=aws_slots(
-                provider["instance_type"],
-                provider.get("instance_slots"),
-                provider.get("cpu_slots_allowed", False),
-            ),
-            location=provider["region"],
-            instance_type=provider["instance_type"],
-            max_agents=provider["max_instances"],
-        )
+    """Restart the master with the config's pools as master-config writes them (no
+    agents, no tasks; users and logins kept)."""
+    master.configure({"resource_pools": master_pools(config, {})})
