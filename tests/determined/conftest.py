@@ -11,7 +11,6 @@ skip without it; the rest (the master config and admission rules) run in both.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dynagent.testing.det_cli import DetCli
 from dynagent.testing.determined import DEFAULT_PASSWORD
 
 if TYPE_CHECKING:
@@ -48,27 +48,4 @@ def det(master: LocalDetermined, tmp_path: Path) -> RunDet:
     """Run ``det -m URL ARGS...`` against the master as admin (or ``user=``, with
     DEFAULT_PASSWORD); one HOME per test, so consecutive runs share the CLI's token cache
     as a user's shell would."""
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "DET_USER": ADMIN[0],
-        "DET_PASS": ADMIN[1],
-        "DET_MASTER": master.url,
-        "PYTHONWARNINGS": "ignore",
-        "NO_COLOR": "1",
-    }
-
-    def run(*args: str, user: str = ADMIN[0]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(DET), "-m", master.url, *args],
-            env=env if user == ADMIN[0] else {**env, "DET_USER": user, "DET_PASS": ADMIN[1]},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    return run
+    return DetCli(DET, master.url, tmp_path / "home", user=ADMIN[0])

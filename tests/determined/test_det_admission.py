@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 
+from dynagent.master_config import master_config
+from dynagent.testing import det_cli
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
 
 pytest.importorskip("determined", reason="Determined's CLI: run in .venv-det")
@@ -21,30 +24,33 @@ from determined.common.api import bindings
 
 RunDet = Callable[..., subprocess.CompletedProcess[str]]
 
-# What `dynagent master-config` prints for an EC2 pool of p4d.24xlarge: a provider, for the
-# slot counts, whose region fails aws-sdk-go's check, so its provisioner never acts.
-FRAGMENT = """\
+# dynagent's own config of the pool: an EC2 pool of p4d.24xlarge, at most 4.
+DYNAGENT_POOLS = """\
 resource_pools:
   - pool_name: a100
     provider:
       type: aws
-      region: scaled by dynagent
-      image_id: none
-      ssh_key_name: none
+      region: us-west-2
+      image_id: ami-0123456789abcdef0
       instance_type: p4d.24xlarge
       max_instances: 4
 """
 # The same pool as a stock master has it: no provider.
 STOCK = "resource_pools:\n  - pool_name: a100\n"
-# A second pool beside the fragment's: GCE with 4 GPUs a VM, Determined's max_instances 5.
-TWO_POOLS = FRAGMENT + (
-    "  - pool_name: t4\n"
-    "    provider:\n"
-    "      type: gcp\n"
-    "      project: det-project\n"
-    "      zone: us-west1-b\n"
-    "      instance_type: {machine_type: n1-standard-16, gpu_type: nvidia-tesla-t4, gpu_num: 4}\n"
-)
+# A pool Determined's provisioner scales beside it: GCE, 4 GPUs a VM, max_instances 5.
+T4_POOL = {
+    "pool_name": "t4",
+    "provider": {
+        "type": "gcp",
+        "project": "det-project",
+        "zone": "us-west1-b",
+        "instance_type": {
+            "machine_type": "n1-standard-16",
+            "gpu_type": "nvidia-tesla-t4",
+            "gpu_num": 4,
+        },
+    },
+}
 REFUSED = (
     "failed to prepare launch params: validating resources: "
     "request unfulfillable, please try requesting less slots"
@@ -52,36 +58,34 @@ REFUSED = (
 EXCEEDS = "invalid resource configuration: slots requested exceeds cluster capacity"
 
 
-def in_pool(pool: str, *config: str) -> list[str]:
-    return ["--config", f"resources.resource_pool={pool}", *(f"--config={c}" for c in config)]
+@pytest.fixture
+def fragment(tmp_path: Path) -> str:
+    """What ``dynagent master-config`` prints for dynagent's a100 pool: a provider, for
+    the slot counts, whose region fails aws-sdk-go's check, so its provisioner never acts."""
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(DYNAGENT_POOLS)
+    return master_config(pools)
+
+
+def two_pools(fragment: str) -> dict[str, Any]:
+    document = yaml.safe_load(fragment)
+    return {"resource_pools": [*document["resource_pools"], T4_POOL]}
 
 
 def notebook(pool: str = "a100") -> list[str]:
-    return ["notebook", "start", "--detach", *in_pool(pool)]
+    return det_cli.notebook(pool)
 
 
 def command(pool: str = "a100", slots: int | None = None) -> list[str]:
-    extra = [] if slots is None else [f"resources.slots={slots}"]
-    return ["cmd", "run", "--detach", *in_pool(pool, *extra), "python3", "-c", "pass"]
+    return det_cli.command(pool, slots)
 
 
 def shell(pool: str = "a100") -> list[str]:
-    return ["shell", "start", "--detach", *in_pool(pool)]
+    return det_cli.shell(pool)
 
 
 def experiment(tmp_path: Path, slots: int, pool: str = "a100") -> list[str]:
-    """A minimal experiment: a script entrypoint, one trial of ``slots``, a model dir."""
-    model = tmp_path / f"model-{pool}-{slots}"
-    model.mkdir()
-    (model / "train.py").write_text("print('training')\n")
-    config = model.with_suffix(".yaml")
-    config.write_text(
-        f"name: tiny-{slots}\n"
-        "entrypoint: python3 train.py\n"
-        "searcher: {name: single, metric: loss, max_length: 1}\n"
-        f"resources: {{slots_per_trial: {slots}, resource_pool: {pool}}}\n"
-    )
-    return ["experiment", "create", str(config), str(model)]
+    return det_cli.experiment(tmp_path, slots, pool)
 
 
 def jobs(det: RunDet, pool: str) -> list[tuple[str, str, str]]:
@@ -102,9 +106,9 @@ def launches(master: LocalDetermined) -> list[tuple[str, str, int]]:
 
 
 def test_the_fragment_admits_work_for_a_pool_with_no_agent(
-    master: LocalDetermined, det: RunDet, tmp_path: Path
+    master: LocalDetermined, det: RunDet, tmp_path: Path, fragment: str
 ) -> None:
-    master.configure(FRAGMENT)
+    master.configure(fragment)
     ids = []
     for args in (notebook(), command(), command(slots=8), shell()):
         ran = det(*args)
@@ -171,9 +175,9 @@ def test_launch_error_false_admits_the_experiment_but_not_single_node_work(
 
 
 def test_each_pool_admits_by_its_own_provider(
-    master: LocalDetermined, det: RunDet, tmp_path: Path
+    master: LocalDetermined, det: RunDet, tmp_path: Path, fragment: str
 ) -> None:
-    master.configure(TWO_POOLS)
+    master.configure(two_pools(fragment))
     outcomes = {
         "9 slots, one p4d holds 8": det(*command(slots=9)).returncode,
         "33 slots, 4 p4d hold 32": det(*experiment(tmp_path, 33)).returncode,
@@ -200,9 +204,9 @@ def test_each_pool_admits_by_its_own_provider(
 
 
 def test_a_launch_error_prunes_only_where_the_provisioner_can_list(
-    master: LocalDetermined, det: RunDet, tmp_path: Path
+    master: LocalDetermined, det: RunDet, tmp_path: Path, fragment: str
 ) -> None:
-    master.configure(TWO_POOLS)
+    master.configure(two_pools(fragment))
     for args in (command("t4", slots=4), experiment(tmp_path, 8, "t4"), experiment(tmp_path, 16)):
         ran = det(*args)
         assert ran.returncode == 0, ran.stderr
@@ -216,9 +220,9 @@ def test_a_launch_error_prunes_only_where_the_provisioner_can_list(
 
 
 def test_det_master_config_shows_the_provider_with_determined_defaults(
-    master: LocalDetermined, det: RunDet
+    master: LocalDetermined, det: RunDet, fragment: str
 ) -> None:
-    master.configure(FRAGMENT)
+    master.configure(fragment)
     shown = det("master", "config", "--json")
     assert shown.returncode == 0, shown.stderr
     config = json.loads(shown.stdout)
@@ -251,9 +255,9 @@ def post(master: LocalDetermined, session: Any, path: str, body: dict[str, Any])
 
 
 def test_every_launch_answer_parses_with_the_bindings_and_round_trips(
-    master: LocalDetermined, session: Any
+    master: LocalDetermined, session: Any, fragment: str
 ) -> None:
-    master.configure("launch_error: false\n" + FRAGMENT)
+    master.configure("launch_error: false\n" + fragment)
     master.add_pool("default")  # the default aux pool, for the TensorBoard
     config = {"resources": {"resource_pool": "a100"}}
     answers = [
