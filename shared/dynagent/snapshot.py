@@ -42,10 +42,21 @@ class PendingTask:
 
     A task of 0 slots (a command, a checkpoint GC) runs on any agent, busy or not: it is
     demand for one agent only where the pool has none.
+
+    Optional within version 1 (left out, they mean what a publisher that does not know
+    them would mean):
+
+    - ``priority``: its priority in the master's priority scheduler (a lower number goes
+      first; Determined's default is 42); null where the master gives it none.
+    - ``single_agent``: the master places it on one agent, never across several:
+      commands, notebooks, shells, TensorBoards and checkpoint GC (Determined's
+      ``command.go``), and experiments with ``resources.is_single_node``.
     """
 
     task: str = Field(min_length=1)
     slots: int = Field(ge=0)
+    priority: int | None = None
+    single_agent: bool = False
 
 
 @dataclass(frozen=True, slots=True, config=ConfigDict(extra="ignore"))
@@ -98,6 +109,9 @@ class Snapshot(_Wire):
     # master_url alias (local-ipv4, public-ipv4, local-hostname, public-hostname,
     # internal-ip, external-ip), read by the bridge from that host's metadata.
     master_addresses: dict[str, str] | None = None
+    # Optional within version 1: how the master's scheduler fits tasks on the pool's
+    # agents (its fitting_policy): best (the fewest free slots left) or worst.
+    fitting_policy: Literal["best", "worst"] | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -165,6 +165,28 @@ def test_a_pass_publishes_what_the_master_shows(master: LocalDetermined, layout:
     assert sum(tasks for _, _, tasks, _ in agents.values()) == 2  # the command shows too
 
 
+def test_a_pending_task_says_its_priority_and_whether_it_stays_on_one_agent(
+    master: LocalDetermined, layout: Layout
+) -> None:
+    """Submitted through the master's admission, as det does: a command stays on one
+    agent, a trial may span agents; each with the priority the job queue gives it."""
+    layout.cluster(master)
+    command = master.launch("COMMAND", 8, POOL, priority=10).allocation_id
+    trial = master.launch("TRIAL", 16, POOL).allocation_id
+    notebook = master.launch("NOTEBOOK", 1, POOL, priority=50).allocation_id
+    busy = master.launch("TRIAL", 8, POOL).allocation_id
+    bridge, _ = bridge_for(master, layout.config())
+    master.schedule()  # the command and the 8-slot trial take i-1 and i-2
+
+    snapshot = layout.ours(bridge.run_once())
+    assert master.task_state(command) == master.task_state(busy) == "RUNNING"
+    assert {(t.task, t.slots, t.priority, t.single_agent) for t in snapshot.pending} == {
+        (trial, 16, 42, False),
+        (notebook, 1, 50, True),
+    }
+    assert snapshot.fitting_policy == "best"  # Determined's default, as the master lists it
+
+
 def test_queued_jobs_past_the_first_page_are_all_read(
     master: LocalDetermined, layout: Layout
 ) -> None:

@@ -218,7 +218,7 @@ class Bridge:
             )
             for a in reading.agents
         )
-        content = (reading.pending, agents)
+        content = (reading.pending, agents, reading.fitting_policy)
         last = self.last.get(reading.name)
         if last is not None and last.content == content and now - last.at < HEARTBEAT:
             return None
@@ -237,4 +237,5 @@ class Bridge:
             pending=reading.pending,
             agents=agents,
             master_addresses=self.master_addresses,
+            fitting_policy=reading.fitting_policy,
         )

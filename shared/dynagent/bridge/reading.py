@@ -3,7 +3,11 @@
 Agents come from ``/api/v1/agents`` (a slot is used when it holds a container), the
 tasks on each agent and the unplaced allocations from ``/api/v1/tasks`` (a zero-slot
 task shows only there: in no slot and in no agent's containers), and queued jobs from
-``/api/v1/job-queues-v2``, which add demand the allocations do not show yet.
+``/api/v1/job-queues-v2``, which add demand the allocations do not show yet. A pending
+task's priority is its allocation's (a job's task has one), else its job's; it must stay
+on one agent when its job is a command, notebook, shell or TensorBoard, or when it has no
+job (checkpoint GC, Determined's only task outside a job). A pool's fitting policy is
+its scheduler's (``schedulerFittingPolicy``).
 """
 
 from __future__ import annotations
@@ -42,12 +46,18 @@ class AgentReading:
         )
 
 
+# Job types whose tasks Determined places on one agent (command.go: NTSC tasks).
+SINGLE_AGENT_JOBS = frozenset({"TYPE_COMMAND", "TYPE_NOTEBOOK", "TYPE_SHELL", "TYPE_TENSORBOARD"})
+_FITTING_POLICIES = {"FITTING_POLICY_BEST": "best", "FITTING_POLICY_WORST": "worst"}
+
+
 @dataclass(frozen=True)
 class PoolReading:
     name: str
     type: str
     agents: tuple[AgentReading, ...] = ()
     pending: tuple[PendingTask, ...] = ()
+    fitting_policy: str | None = None
 
     def with_state(self, agent_id: str, *, enabled: bool, draining: bool) -> PoolReading:
         """This reading with one agent enabled or drained, as a write just made it."""
@@ -67,6 +77,7 @@ def read_pools(
     """Every pool the master lists, with its agents and pending demand."""
     tasks_on = Counter[str]()
     pending: dict[str, list[PendingTask]] = defaultdict(list)
+    job_of = _jobs_by_entity(jobs)
     for allocation in allocations:
         placed = {
             agent_id
@@ -77,7 +88,15 @@ def read_pools(
         if not placed:
             slots = int(allocation.get("slotsNeeded") or 0)
             name = str(allocation.get("allocationId") or allocation.get("taskId"))
-            pending[str(allocation.get("resourcePool") or "")].append(PendingTask(name, slots))
+            # Only a job's task has a priority; the one kind without a job, checkpoint
+            # GC, shares a trial's task id form (checkpoint_gc.go), so it is told apart so.
+            if "priority" in allocation:
+                job = _job_of(str(allocation.get("taskId") or ""), job_of)
+                single = job is not None and job.get("type") in SINGLE_AGENT_JOBS
+                task = PendingTask(name, slots, _priority(allocation["priority"]), single)
+            else:
+                task = PendingTask(name, slots, None, True)
+            pending[str(allocation.get("resourcePool") or "")].append(task)
     by_pool: dict[str, list[AgentReading]] = defaultdict(list)
     for item in agents:
         devices: list[Json] = list((item.get("slots") or {}).values())
@@ -97,6 +116,7 @@ def read_pools(
             type=str(pool.get("type") or ""),
             agents=tuple(sorted(by_pool[name], key=lambda a: a.id)),
             pending=tuple(pending[name]) + _queued_beyond(pending[name], jobs.get(name, ())),
+            fitting_policy=_FITTING_POLICIES.get(str(pool.get("schedulerFittingPolicy"))),
         )
         for pool in pools
         if (name := str(pool.get("name") or ""))
@@ -118,5 +138,27 @@ def _queued_beyond(pending: list[PendingTask], jobs: Sequence[Json]) -> tuple[Pe
         taken = min(max(missing, 0), unaccounted)
         unaccounted -= taken
         if missing - taken > 0:
-            extra.append(PendingTask(f"job:{job.get('jobId')}", missing - taken))
+            single = job.get("type") in SINGLE_AGENT_JOBS
+            name = f"job:{job.get('jobId')}"
+            extra.append(PendingTask(name, missing - taken, _priority(job.get("priority")), single))
     return tuple(extra)
+
+
+def _jobs_by_entity(jobs: Mapping[str, Sequence[Json]]) -> dict[str, Json]:
+    """Every pool's jobs by entity id: a command's task id, an experiment's id."""
+    return {str(job.get("entityId")): job for queue in jobs.values() for job in queue}
+
+
+def _job_of(task_id: str, jobs: Mapping[str, Json]) -> Json | None:
+    """The job a task belongs to: the job whose entity it is (a command's task id), or,
+    for a trial (task id ``EXPERIMENT.UUID``, experiment.go), its experiment's."""
+    job = jobs.get(task_id)
+    if job is None and "." in task_id:
+        job = jobs.get(task_id.split(".", 1)[0])
+        if job is not None and job.get("type") != "TYPE_EXPERIMENT":
+            return None
+    return job
+
+
+def _priority(value: Any) -> int | None:
+    return None if value is None else int(value)
