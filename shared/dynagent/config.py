@@ -38,6 +38,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_document",
+    "read_document",
 ]
 
 
@@ -122,11 +123,16 @@ def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
     ``environ`` (default: the process's) supplies the deployment's defaults: see
     ``deployment_defaults``.
     """
+    return config_from_document(read_document(path), os.fspath(path), environ)
+
+
+def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A config file's YAML document: a mapping; ConfigError when it cannot be read."""
     try:
         text = Path(path).read_text()
     except OSError as error:
         raise ConfigError(f"cannot read config {os.fspath(path)!r}: {error.strerror}") from None
-    return parse_config(text, source=os.fspath(path), environ=environ)
+    return parse_document(text, os.fspath(path))
 
 
 def parse_config(

@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dynagent.admission import ADMISSION_REGION, aws_slots
+from dynagent.boot.contract import machine_gpus
 from dynagent.config import (
     DETERMINED_POOL_KEYS,
-    AwsProvider,
     Config,
     ConfigError,
     Pool,
     config_from_document,
-    parse_document,
+    read_document,
 )
 from dynagent.gpus import DETERMINED_EC2_SLOTS
 
@@ -46,21 +45,18 @@ _HEADER = """\
 def master_config(path: str | os.PathLike[str]) -> str:
     """The fragment for a pools file, as YAML text with a header saying what it is."""
     source = os.fspath(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise ConfigError(f"cannot read config {source!r}: {error.strerror}") from None
-    document = parse_document(text, source)
+    document = read_document(path)
     config = config_from_document(document, source)
     pools = master_pools(config, document)
     body = yaml.safe_dump({"resource_pools": pools}, sort_keys=False, width=100)
     return _HEADER.format(source=source) + body
 
 
-def master_pools(config: Config, document: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The master's resource_pools, in the file's order."""
-    entries = document.get("resource_pools")
-    if not isinstance(entries, list):  # the old single-pool form: the "default" pool
+def master_pools(config: Config, document: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The master's resource_pools, in the file's order (``document``, the file the config
+    was read from), or the config's pools alone."""
+    entries = (document or {}).get("resource_pools")
+    if not isinstance(entries, list):  # no file, or the old single-pool form
         entries = [{"pool_name": name} for name in config.pools]
     named: dict[str, int] = {}  # instance_type name -> the slots Determined will give it
     pools = []
@@ -88,44 +84,31 @@ def admission_provider(pool: Pool, named: dict[str, int]) -> dict[str, Any]:
             "pool a maximum, or leave it out of dynagent's config"
         )
     slots = provider.slots_per_instance
-    cpu = slots == 1 and provider.cpu_slots_allowed and _largest_gpus(pool) == 0
-    fields: dict[str, Any] = {
-        "type": "aws",
-        "region": ADMISSION_REGION,
-        "image_id": "none",
-        "ssh_key_name": "none",
-    }
-    instance_type = _largest_type(pool)
+    instance_type, gpus = _largest_machine(pool)
+    cpu = gpus == 0 and slots == 1  # cpu_slots_allowed: 1 CPU slot a machine
     table = DETERMINED_EC2_SLOTS.get(instance_type)
     if table is not None and aws_slots(instance_type, None, cpu) != slots:
         instance_type = f"{instance_type}-{slots}-slots"  # not in the table: instance_slots
         table = None
     while instance_type in named and named[instance_type] != slots:
         instance_type = f"{instance_type}-{slots}-slots"
-    fields["instance_type"] = instance_type
+    named[instance_type] = slots
+    fields: dict[str, Any] = {
+        "type": "aws",
+        "region": ADMISSION_REGION,
+        "image_id": "none",
+        "ssh_key_name": "none",
+        "instance_type": instance_type,
+    }
     if table is None:
         fields["instance_slots"] = 0 if cpu else slots
     if cpu:
         fields["cpu_slots_allowed"] = True
-    named[instance_type] = slots
-    fields["min_instances"] = 0
-    fields["max_instances"] = provider.max_instances
-    return fields
+    return {**fields, "min_instances": 0, "max_instances": provider.max_instances}
 
 
-def _largest_type(pool: Pool) -> str:
-    """The name of the pool's machine with the most slots (the first such)."""
-    provider = pool.provider
-    if isinstance(provider, AwsProvider):
-        types = (
-            provider.offerings.instance_types if provider.offerings else (provider.instance_type,)
-        )
-        return max(types, key=provider.gpus_of)
-    return max(provider.machines(), key=lambda m: m.gpu_num).machine_type
-
-
-def _largest_gpus(pool: Pool) -> int:
-    provider = pool.provider
-    if isinstance(provider, AwsProvider):
-        return provider.gpus_of(_largest_type(pool))
-    return max(m.gpu_num for m in provider.machines())
+def _largest_machine(pool: Pool) -> tuple[str, int]:
+    """The name and GPUs of the pool's machine with the most GPUs (the first such)."""
+    gpus = machine_gpus(pool.provider)
+    largest = max(gpus, key=lambda machine: gpus[machine])
+    return largest, gpus[largest]

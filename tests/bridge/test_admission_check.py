@@ -36,7 +36,7 @@ def restart(master: LocalDetermined, layout: Layout, ours: dict[str, Any], **top
     """The master restarts with a100 as given and the neighbours as master-config writes
     them."""
     config = layout.config()
-    others = [p for p in master_pools(config, {}) if p["pool_name"] != POOL]
+    others = [p for p in master_pools(config) if p["pool_name"] != POOL]
     master.configure({**top, "resource_pools": [{"pool_name": POOL, **ours}, *others]})
 
 
@@ -59,7 +59,7 @@ def warnings_of(bridge: Bridge) -> list[str]:
 def test_the_pools_master_config_writes_pass_without_a_warning(
     master: LocalDetermined, layout: Layout, user: str
 ) -> None:
-    master.configure({"resource_pools": master_pools(layout.config(), {})})
+    master.configure({"resource_pools": master_pools(layout.config())})
     bridge, sink = bridge_as(master, layout, user)
     bridge.run_once()
     assert sorted(s.pool for s in sink.snapshots) == sorted(layout.names)

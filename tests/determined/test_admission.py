@@ -26,18 +26,8 @@ from dynagent.testing.determined_master_config import (
     ProviderConfig,
     read_master_config,
 )
+from tests.determined.fragment import FRAGMENT
 
-FRAGMENT = """\
-resource_pools:
-  - pool_name: a100
-    provider:
-      type: aws
-      region: scaled by dynagent
-      image_id: none
-      ssh_key_name: none
-      instance_type: p4d.24xlarge
-      max_instances: 4
-"""
 UNFULFILLABLE = (
     "failed to prepare launch params: validating resources: "
     "request unfulfillable, please try requesting less slots"

@@ -20,20 +20,7 @@ from dynagent.testing.determined_master_config import (
     parse_go_duration,
     read_master_config,
 )
-
-# What `dynagent master-config` prints for an EC2 pool: a provider for the slot counts
-# whose provisioner never acts (its region fails aws-sdk-go's check).
-FRAGMENT = """\
-resource_pools:
-  - pool_name: a100
-    provider:
-      type: aws
-      region: scaled by dynagent
-      image_id: none
-      ssh_key_name: none
-      instance_type: p4d.24xlarge
-      max_instances: 4
-"""
+from tests.determined.fragment import FRAGMENT
 
 
 def aws_pool(**provider: Any) -> dict[str, Any]:

@@ -48,7 +48,13 @@ from typing import Any, Final, Literal
 
 import yaml
 
+# Determined's tables, which dynagent mirrors once: the EC2 slot table, gcp_config.go's
+# machine families and the GPU counts each GCE accelerator allows, and aws_config.go
+# defaultAWSImageID (the image an EC2 pool boots when it names none).
 from dynagent.gpus import DETERMINED_EC2_SLOTS
+from dynagent.gpus import DETERMINED_GCE_GPU_COUNTS as _GCE_GPU_TYPES
+from dynagent.gpus import DETERMINED_GCE_MACHINE_FAMILIES as _GCE_MACHINE_TYPES
+from dynagent.pools.aws import DEFAULT_IMAGE_IDS
 
 VERSION: Final = "0.38.1"
 DEFAULT_POOL: Final = "default"
@@ -397,36 +403,6 @@ _TOP_LEVEL: Final = frozenset(
         "__internal", "scim", "saml", "oidc", "det_cloud", "integrations",
     }
 )  # fmt: skip
-# provconfig/aws_config.go defaultAWSImageID: the image an EC2 pool boots when it names none.
-DEFAULT_AWS_IMAGE_IDS: Final = {
-    "ap-northeast-1": "ami-0e199a4564d2bb8c5",
-    "ap-northeast-2": "ami-09043281c2988de23",
-    "ap-southeast-1": "ami-026791eca219c5cc0",
-    "ap-southeast-2": "ami-09fcadc6e05761b30",
-    "us-east-2": "ami-0dca1adfc8c152c7a",
-    "us-east-1": "ami-07329961c2a161c61",
-    "us-west-2": "ami-015aabd7d10854b76",
-    "eu-central-1": "ami-0a6a509944baa9c38",
-    "eu-west-2": "ami-02248e5d563fb4017",
-    "eu-west-1": "ami-0870dc8c1081c2ed0",
-}
-_GCE_MACHINE_TYPES: Final = (
-    "n1-standard", "n1-highmem", "n1-highcpu", "n1-ultramem", "m2-ultramem", "n1-megamem",
-    "c2-standard", "a2-highgpu", "a2-megagpu", "a2-ultragpu", "g2-standard", "n2-standard",
-    "custom",
-)  # fmt: skip
-_GCE_GPU_TYPES: Final = {
-    "": (0,),
-    "nvidia-tesla-t4": (0, 1, 2, 4),
-    "nvidia-tesla-p100": (0, 1, 2, 4),
-    "nvidia-tesla-p4": (0, 1, 2, 4),
-    "nvidia-tesla-v100": (0, 1, 2, 4, 8),
-    "nvidia-tesla-a100": (0, 1, 2, 4, 8, 16),
-    "nvidia-a100-80gb": (0, 1, 2, 4, 8),
-    "nvidia-l4": (0, 1, 2, 4, 8),
-}
-
-
 # -- reading ------------------------------------------------------------------------
 
 
@@ -737,7 +713,7 @@ def _gcp_errors(cloud: JsonObject, path: str) -> list[str]:
         # Go lists the map's keys in map order; sorted here.
         type_found.append(f"gce VM gpu type must be within: {', '.join(sorted(_GCE_GPU_TYPES))}")
     elif kind["gpu_num"] not in allowed:
-        nums = " ".join(str(n) for n in allowed)
+        nums = " ".join(str(n) for n in sorted(allowed))
         type_found.append(f"gce VM gpu type {kind['gpu_type']} num must be within: [{nums}]")
     return [_at(path, m) for m in found if m] + [_at(f"{path}.InstanceType", m) for m in type_found]
 
@@ -784,7 +760,7 @@ def _start_provisioner(pool: PoolConfig) -> PoolConfig:
             )
         fields["spot_max_price"] = fields["spot_max_price"] or "OnDemand"
         if not fields["image_id"]:
-            image = DEFAULT_AWS_IMAGE_IDS.get(fields["region"])
+            image = DEFAULT_IMAGE_IDS.get(fields["region"])
             if image is None:
                 raise fail(f"cannot find default image ID in the region {fields['region']}")
             fields["image_id"] = image
@@ -833,7 +809,7 @@ def provider_for_pool(
             "spot": preemptible,
             "spot_max_price": "OnDemand",
             "tag_value": DETERMINED_IDENTIFIER,
-            "image_id": DEFAULT_AWS_IMAGE_IDS.get(location, ""),
+            "image_id": DEFAULT_IMAGE_IDS.get(location, ""),
         }
     else:
         own = copy.deepcopy(_GCP_DEFAULTS) | {

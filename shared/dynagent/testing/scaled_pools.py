@@ -12,4 +12,4 @@ from dynagent.testing.determined import LocalDetermined
 def add_scaled_pools(master: LocalDetermined, config: Config) -> None:
     """Restart the master with the config's pools as master-config writes them (no
     agents, no tasks; users and logins kept)."""
-    master.configure({"resource_pools": master_pools(config, {})})
+    master.configure({"resource_pools": master_pools(config)})
