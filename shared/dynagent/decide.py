@@ -18,7 +18,7 @@ from dynagent.config import Pool, ProviderConfig, Settings
 from dynagent.durations import format_duration
 from dynagent.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
 from dynagent.offerings import Catalog, Shape
-from dynagent.packing import AT_MAX, Demand, Existing, pack
+from dynagent.packing import AT_CAP, Demand, Existing, pack
 from dynagent.plan import (
     Adoption,
     Cancellation,
@@ -28,7 +28,7 @@ from dynagent.plan import (
     Plan,
     Termination,
 )
-from dynagent.snapshot import DRAINING_REPORT_LEASE, Agent, Snapshot
+from dynagent.snapshot import DRAINING_REPORT_LEASE, Agent, PendingTask, Snapshot
 
 _ID = operator.attrgetter("id")
 _STATE = operator.attrgetter("state")
@@ -207,7 +207,7 @@ def decide(
         marks=_mark_writes(ctx, survey.marks + _still_wanted(ctx, counted_on)),
         unschedulable=tuple(demand.unschedulable),
         waiting=tuple(waiting),
-        pending_at_max=any(why.startswith(AT_MAX) for _, why in demand.waiting),
+        pending_at_max=any(why.startswith(AT_CAP) for _, why in demand.waiting),
         unmatched_agents=tuple(sorted(ctx.unmatched)),
         interruptions=tuple(ctx.interruptions),
         master_addresses=tuple(sorted(addresses.items())),
@@ -233,14 +233,7 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     zero_slot = [task.task for task in pending if task.slots == 0]
     if zero_slot:
         pending = tuple(task for task in pending if task.slots > 0)
-    demand = pack(
-        pending,
-        ctx.shapes,
-        existing,
-        room=max(0, provider.max_instances - live),
-        max_instances=provider.max_instances,
-        largest_slots=provider.slots_per_instance,
-    )
+    demand = _pack(ctx, pending, existing, live)
     catalog = ctx.catalog
     launches = [
         Launch(
@@ -275,6 +268,41 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     return tuple(launches), demand
 
 
+def _pack(
+    ctx: _Context, pending: tuple[PendingTask, ...], existing: list[Existing], live: int
+) -> Demand:
+    """Where the master will put ``pending`` (``packing.pack``), within the pool's caps."""
+    provider = ctx.provider
+    cap = provider.slot_cap
+    return pack(
+        pending,
+        ctx.shapes,
+        existing,
+        room=max(0, provider.max_instances - live),
+        max_instances=provider.max_instances,
+        largest_slots=provider.slots_per_instance,
+        slot_room=_slot_room(ctx),
+        max_slots=cap,
+        sizes=tuple({o.slots for o in ctx.catalog.offerings}),
+        fitting_policy=ctx.snapshot.fitting_policy if ctx.snapshot else None,
+    )
+
+
+def _slot_room(ctx: _Context) -> int | None:
+    """Slots the pool may still launch under its cap in slots (None: it has none): the
+    cap, less the slots of the instances and spot requests this plan keeps."""
+    cap = ctx.provider.slot_cap
+    if cap is None:
+        return None
+    used = sum(
+        ctx.slots(instance, agent)
+        for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True)
+        if ctx.kept(instance)
+    )
+    requests = sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
+    return max(0, cap - used - requests * ctx.provider.slots_per_instance)
+
+
 def _existing(ctx: _Context, room: list[tuple[str, Existing]]) -> list[Existing]:
     """Machines pending tasks can go to before new ones, if this plan keeps them: those
     not registered yet, agents with free slots, and spot requests.
@@ -303,6 +331,8 @@ def _headroom(ctx: _Context, demand: Demand, smallest: Shape, live: int) -> list
     )
     missing = -(-(wanted - free) // smallest.slots)
     count = min(missing, provider.max_instances - live)
+    if demand.budget is not None and provider.slot_cap is not None:
+        count = min(count, demand.budget.count(smallest.slots))
     if count <= 0:
         return []
     launch = Launch(
@@ -539,16 +569,8 @@ def _counted_on(ctx: _Context, survey: _Survey) -> set[str]:
     if not idle:
         return set()
     candidates = [(i, m) for i, m in survey.room if i not in ctx.terminations]
-    provider = ctx.provider
-    demand = pack(
-        pending,
-        ctx.shapes,
-        [machine for _, machine in candidates],
-        room=max(0, provider.max_instances - _live_count(ctx)),
-        max_instances=provider.max_instances,
-        largest_slots=provider.slots_per_instance,
-        open_new=False,
-    )
+    sized = tuple(task for task in pending if task.slots > 0)
+    demand = _pack(ctx, sized, [machine for _, machine in candidates], _live_count(ctx))
     return {
         instance_id
         for (instance_id, machine), (_, free) in zip(candidates, demand.free_after, strict=True)

@@ -1,15 +1,31 @@
-"""Demand: which new machines the pending tasks need, and of which shape.
+"""Demand: where the master will put each pending task, and which new machines it needs.
 
-Tasks go first into the free slots of machines the pool already has (instances that
-have not registered yet, open spot requests, agents with free slots), then onto new
-machines chosen to cost least per hour. A task larger than the largest shape takes
-whole, empty machines of that shape when its slots are an exact multiple, as Determined
-schedules it.
+The prediction follows Determined's scheduler (``master/internal/rm/agentrm``), which
+the master runs on every tick:
 
-Placement is first-fit-decreasing: largest tasks first, each into the first machine with
-room. That is the same as filling one machine at a time with the largest tasks that
-still fit it, which is how it is done here: tasks are counted by size, so filling a
-machine costs one step per distinct size, however many tasks there are.
+- **Priority levels** (``priority.go`` ``prioritySchedulerWithFilter``): lower numbers
+  first; within a level, in queue order, every task that fits is placed. Once a task of
+  a level waits, nothing of a lower level starts (preemption off, Determined's default).
+  So a lower level is planned for only while every task above it gets a machine in this
+  plan; behind a task that waits (at the cap, say), it is held back and counts on no
+  machine, so the idle agents it might have taken are reaped as any other.
+- **On the agents registered now** (``dynagent.fitting``): a shared fit by the pool's
+  fitting policy, else whole unused agents of one size that divides the task.
+- **On machines still booting and new ones**: tasks that fit one machine go
+  first-fit-decreasing, largest first, into the free slots of machines not registered
+  yet (instances and open spot requests), then onto new machines of the shapes that hold
+  them for the least money. A task over one machine takes machines of one size that
+  divides it, the largest size first (``findDedicatedAgentFits``), drawn from booting
+  machines, then new ones, then unused agents; commands, notebooks, shells, TensorBoards
+  and checkpoint GC never span machines.
+
+New machines stay within the pool's caps: ``max_instances`` machines and, with
+``offerings``, ``max_slots`` slots. Near the machine cap the shape holds the most: the
+cheapest per slot is chosen only while the room left holds what waits on it.
+
+First-fit-decreasing is the same as filling one machine at a time with the largest
+tasks that still fit it, which is how it is done here: tasks are counted by size, so
+filling a machine costs one step per distinct size, however many tasks there are.
 """
 
 from __future__ import annotations
@@ -17,16 +33,21 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from dynagent.fitting import DEFAULT_FITTING_POLICY, AgentFit, FittingPolicy
 from dynagent.offerings import Shape
 from dynagent.plan import Unschedulable
 from dynagent.snapshot import PendingTask
 
 _SLOTS = operator.attrgetter("slots")
-# How a reason for waiting demand starts when only max_instances holds it back.
+# How a reason for waiting demand starts when only a cap of the pool holds it back.
 AT_MAX = "pool is at max_instances"
+AT_MAX_SLOTS = "pool is at max_slots"
+AT_CAP = (AT_MAX, AT_MAX_SLOTS)
+# scheduler_config.go: DefaultSchedulingPriority, the level of a task without one.
+DEFAULT_PRIORITY = 42
 
 
 @dataclass
@@ -46,6 +67,8 @@ class Demand:
     waiting: list[tuple[PendingTask, str]] = field(default_factory=list)
     # Free slots left on existing machines after placing, by machine slots.
     free_after: list[tuple[int, int]] = field(default_factory=list)
+    # What the caps still allow after these new machines (None: nothing was packed).
+    budget: Budget | None = None
 
     @property
     def new_instances(self) -> list[list[str]]:
@@ -71,10 +94,12 @@ class _Queue:
     """
 
     def __init__(self, tasks: Sequence[PendingTask]) -> None:
+        self.tasks: dict[int, list[PendingTask]] = {}
         self.names: dict[int, list[str]] = {}
         self.next: dict[int, int] = {}
         for slots, group in itertools.groupby(sorted(tasks, key=_SLOTS, reverse=True), _SLOTS):
-            self.names[slots] = [t.task for t in group]
+            self.tasks[slots] = list(group)
+            self.names[slots] = [t.task for t in self.tasks[slots]]
             self.next[slots] = 0
         # Sizes with tasks left, largest first.
         self.waiting: list[int] = list(self.names)
@@ -109,12 +134,59 @@ class _Queue:
                 free -= slots * fit
         return placed, free
 
+    def drop(self, slots: int) -> list[PendingTask]:
+        """The tasks of ``slots`` still waiting, taken out of the queue."""
+        tasks = self.tasks[slots][self.next[slots] :]
+        self.take(slots, len(tasks))
+        return tasks
+
     def left(self) -> list[PendingTask]:
-        return [
-            PendingTask(task=name, slots=slots)
-            for slots in self.waiting
-            for name in self.names[slots][self.next[slots] :]
-        ]
+        return [task for slots in self.waiting for task in self.tasks[slots][self.next[slots] :]]
+
+
+@dataclass
+class Budget:
+    """New machines still allowed under the pool's caps: ``machines`` more, and ``slots``
+    more in all (None: no cap in slots, a pool of one shape).
+
+    With a cap in slots, max_instances must never bind first: a machine smaller than
+    the ``largest`` is allowed only while the machines left could still, at the largest
+    size, reach the cap in slots. Otherwise cheap small machines fill max_instances and
+    large tasks wait with most of the cap unused (replaying cluster05 on 1-, 4- and
+    8-GPU machines, max_instances 10: a p95 wait of 205 h against Determined's 4 h).
+    """
+
+    machines: int
+    slots: int | None
+    max_instances: int
+    max_slots: int | None
+    largest: int
+
+    def count(self, size: int) -> int:
+        """How many more machines of ``size`` slots the caps allow."""
+        if self.slots is None or size <= 0:
+            return max(0, self.machines)
+        allowed = min(self.machines, self.slots // size)
+        if size < self.largest:
+            slack = self.machines * self.largest - self.slots
+            allowed = min(allowed, slack // (self.largest - size))
+        return max(0, allowed)
+
+    def spend(self, size: int, count: int = 1) -> None:
+        self.machines -= count
+        if self.slots is not None:
+            self.slots -= size * count
+
+    def why(self, size: int) -> str:
+        """Why no machine of ``size`` slots may be launched now."""
+        if self.machines <= 0 or self.slots is None:
+            return f"{AT_MAX} ({self.max_instances})"
+        if size < self.largest and self.slots >= size:
+            return (
+                f"{AT_MAX} ({self.max_instances}) for machines of {size} slots: the machines "
+                f"left must be able to reach max_slots ({self.max_slots})"
+            )
+        return f"{AT_MAX_SLOTS} ({self.max_slots})"
 
 
 def pack(
@@ -124,14 +196,19 @@ def pack(
     room: int,
     max_instances: int,
     largest_slots: int | None = None,
-    open_new: bool = True,
+    *,
+    slot_room: int | None = None,
+    max_slots: int | None = None,
+    sizes: Sequence[int] = (),
+    fitting_policy: FittingPolicy | None = None,
 ) -> Demand:
-    """Place ``pending`` on ``existing`` machines, then on at most ``room`` new ones.
+    """Place ``pending`` as the master will: on registered agents, on ``existing``
+    machines still booting, then on at most ``room`` new ones of at most ``slot_room``
+    slots in all (None: no cap in slots).
 
-    ``shapes`` are what may be launched now; ``largest_slots`` is the largest machine the
-    pool has at all (default: the largest shape), which decides whether a task can ever run.
-    With ``open_new`` false, tasks that fit one machine are placed on existing ones only
-    (for a look at which existing machines pending tasks would take).
+    ``shapes`` are what may be launched now; ``sizes`` the slots of every machine the
+    pool has at all (default: the shapes'), which decide whether a task can ever run;
+    ``largest_slots`` is the largest of them (default: the largest shape).
     """
     demand = Demand()
     largest = largest_slots if largest_slots is not None else max(map(_SLOTS, shapes), default=0)
@@ -140,102 +217,183 @@ def pack(
             Unschedulable(t.task, t.slots, "instances of this pool have no slots") for t in pending
         ]
         return demand
-    small: list[PendingTask] = []
-    gangs: list[PendingTask] = []
-    for task in pending:
-        (small if task.slots <= largest else gangs).append(task)
     free = [machine.free for machine in existing]
-    opened = _place_gangs(demand, gangs, shapes, existing, free, largest, room, max_instances)
-    queue = _Queue(small)
-    for index, slots in enumerate(free):
-        if slots and queue.sizes():
-            _, free[index] = queue.fill(slots)
-    if open_new:
-        _open_machines(demand, queue, shapes, room - opened, max_instances)
+    registered = (i for i, machine in enumerate(existing) if not machine.arriving)
+    policy = fitting_policy or DEFAULT_FITTING_POLICY
+    place = _Placement(
+        demand,
+        shapes,
+        existing,
+        free,
+        AgentFit([m.slots for m in existing], free, registered, policy),
+        Budget(room, slot_room, max_instances, max_slots, largest),
+        largest,
+        sorted({*sizes, *map(_SLOTS, shapes), largest} - {0}, reverse=True),
+    )
+    blocked: str | None = None
+    for level, tasks in _levels(pending):
+        if blocked is not None:
+            demand.waiting += [(task, blocked) for task in tasks]
+            continue
+        fit = place.fit
+        later = [task for task in tasks if fit.place(task.slots, task.single_agent) is None]
+        if later:
+            blocker = place.later(later)
+            if blocker is not None:
+                blocked = (
+                    f"waits behind {blocker} (priority {level}): the master starts nothing "
+                    "of a lower priority while it waits"
+                )
     demand.free_after = [(m.slots, f) for m, f in zip(existing, free, strict=True)]
+    demand.budget = place.budget
     return demand
 
 
-def _place_gangs(
-    demand: Demand,
-    gangs: list[PendingTask],
-    shapes: Sequence[Shape],
-    existing: Sequence[Existing],
-    free: list[int],
-    largest: int,
-    room: int,
-    max_instances: int,
-) -> int:
-    """Tasks over one machine: all their whole machines of the largest shape, or none.
-    Returns how many new machines they took."""
-    opened = 0
-    whole = [s for s in shapes if s.slots == largest]
-    shape = min(whole, key=lambda s: s.price) if whole else None
-    empty = [i for i, m in enumerate(existing) if m.slots == largest and m.free == largest]
-    # Machines still booting first, then new ones, and registered idle agents last: the
-    # master places smaller tasks on an idle agent while a task over several machines
-    # waits for the rest of them, so counting on idle agents can cost a second boot.
-    arriving = [i for i in empty if existing[i].arriving]
-    idle = [i for i in empty if not existing[i].arriving]
-    for task in sorted(gangs, key=_SLOTS, reverse=True):
-        if problem := _gang_problem(task, largest, max_instances):
+def _levels(pending: Sequence[PendingTask]) -> Iterator[tuple[int, list[PendingTask]]]:
+    """The tasks by priority level, the master's first (the lowest number), each in
+    queue order; a task without a priority is at Determined's default level."""
+    levels: dict[int, list[PendingTask]] = {}
+    for task in pending:
+        priority = DEFAULT_PRIORITY if task.priority is None else task.priority
+        levels.setdefault(priority, []).append(task)
+    return iter(sorted(levels.items()))
+
+
+@dataclass
+class _Placement:
+    """One packing's machines, and where the tasks that must wait for a boot go."""
+
+    demand: Demand
+    shapes: Sequence[Shape]
+    existing: Sequence[Existing]
+    free: list[int]
+    fit: AgentFit
+    budget: Budget
+    largest: int
+    # Every machine size of the pool, largest first.
+    sizes: list[int]
+    # Booting machines not yet given to anything, by size (filtered as they fill).
+    empty: dict[int, list[int]] = field(init=False)
+    cheapest: dict[int, Shape] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.empty = {}
+        for index, machine in enumerate(self.existing):
+            if machine.arriving and machine.free == machine.slots:
+                self.empty.setdefault(machine.slots, []).append(index)
+        self.cheapest = {}
+        for shape in sorted(self.shapes, key=lambda s: s.price, reverse=True):
+            self.cheapest[shape.slots] = shape
+
+    def later(self, tasks: list[PendingTask]) -> str | None:
+        """Machines still booting and new ones for tasks no registered agent takes now;
+        the first of them that must wait for all that (or can never run), if any."""
+        demand = self.demand
+        held = len(demand.waiting), len(demand.unschedulable)
+        small: list[PendingTask] = []
+        gangs: list[PendingTask] = []
+        for task in tasks:
+            if task.slots <= self.largest:
+                small.append(task)
+            elif task.single_agent:
+                demand.unschedulable.append(
+                    Unschedulable(
+                        task.task,
+                        task.slots,
+                        "runs on one agent (a command, notebook, shell, TensorBoard or "
+                        f"checkpoint GC), and the largest machine has {self.largest} slots",
+                    )
+                )
+            else:
+                gangs.append(task)
+        for task in sorted(gangs, key=_SLOTS, reverse=True):
+            self._gang(task)
+        queue = _Queue(small)
+        free = self.free
+        for index, machine in enumerate(self.existing):
+            if machine.arriving and free[index] and queue.sizes():
+                _, free[index] = queue.fill(free[index])
+        _open_machines(demand, queue, self.shapes, self.budget)
+        stuck = [t.task for t, _ in demand.waiting[held[0] :]]
+        stuck += [u.task for u in demand.unschedulable[held[1] :]]
+        order = {task.task: n for n, task in enumerate(tasks)}
+        return min(stuck, key=order.__getitem__) if stuck else None
+
+    def _gang(self, task: PendingTask) -> None:
+        """A task over one machine: machines of one size that divides it, the largest
+        size first, from those booting, then new ones, then unused agents."""
+        demand, budget = self.demand, self.budget
+        limit = budget.max_instances
+        dividing = [s for s in self.sizes if task.slots % s == 0 and task.slots // s <= limit]
+        if not dividing:
+            problem = _gang_problem(task, self.sizes, limit)
             demand.unschedulable.append(Unschedulable(task.task, task.slots, problem))
-            continue
-        need = task.slots // largest
-        booting = arriving[:need]
-        new = min(need - len(booting), room - opened) if shape is not None else 0
-        agents = idle[: need - len(booting) - new]
-        if len(booting) + new + len(agents) < need:
+            return
+        for size in dividing:
+            need = task.slots // size
+            booting = [i for i in self.empty.get(size, ()) if self.free[i] == size][:need]
+            shape = self.cheapest.get(size)
+            new = min(need - len(booting), budget.count(size)) if shape is not None else 0
+            idle = self.fit.idle(size)[: need - len(booting) - new]
+            if len(booting) + new + len(idle) == need:
+                break
+        else:
+            launchable = [s for s in dividing if s in self.cheapest]
             why = (
-                f"no {largest}-slot machine has capacity now"
-                if shape is None
-                else f"{AT_MAX} ({max_instances})"
+                budget.why(launchable[-1])
+                if launchable
+                else f"no machine of a size dividing its {task.slots} slots has capacity now"
             )
             demand.waiting.append((task, why))
-            continue
-        del arriving[: len(booting)], idle[: len(agents)]
-        for index in booting + agents:
-            free[index] = 0
-        if shape is not None:
-            demand.new_machines += [NewMachine(shape, [task.task], shape.slots) for _ in range(new)]
-        opened += new
-    return opened
+            return
+        for index in booting:
+            self.free[index] = 0
+        for index in idle:
+            self.fit.take_whole(index)
+        if shape is not None and new:
+            budget.spend(size, new)
+            demand.new_machines += [NewMachine(shape, [task.task], size) for _ in range(new)]
 
 
-def _open_machines(
-    demand: Demand, queue: _Queue, shapes: Sequence[Shape], room: int, max_instances: int
-) -> None:
+def _open_machines(demand: Demand, queue: _Queue, shapes: Sequence[Shape], budget: Budget) -> None:
     """New machines for what is left, each of the shape that serves it cheapest."""
-    opened, before = 0, len(demand.new_machines)
-    fits: dict[int, list[Shape]] = {}
+    stranded: list[PendingTask] = []
     while queue.sizes():
         top = queue.sizes()[0]
-        if top not in fits:
-            fits[top] = [s for s in shapes if s.slots >= top]
-        fitting = fits[top]
-        if not fitting or opened >= room:
-            break
-        if _open_whole(demand, queue, _bulk(fitting), room - opened):
-            opened = len(demand.new_machines) - before
+        fitting = [s for s in shapes if s.slots >= top and budget.count(s.slots)]
+        if not fitting:
+            # Smaller tasks may still have a machine.
+            stranded += queue.drop(top)
             continue
-        shape = _next_shape(queue, fitting, shapes, room - opened)
+        bulk = _bulk(fitting, queue.total, budget.machines)
+        if _open_whole(demand, queue, bulk, budget):
+            continue
+        allowed = tuple(s for s in shapes if budget.count(s.slots))
+        shape = _next_shape(queue, fitting, allowed, budget.machines, bulk)
         tasks, free = queue.fill(shape.slots)
         demand.new_machines.append(NewMachine(shape, tasks, shape.slots - free))
-        opened += 1
-    for task in queue.left():
-        if not any(s.slots >= task.slots for s in shapes):
+        budget.spend(shape.slots)
+    for task in stranded + queue.left():
+        sizes = [s.slots for s in shapes if s.slots >= task.slots]
+        if not sizes:
             reason = f"no machine of {task.slots} or more slots has capacity now"
         else:
-            reason = f"{AT_MAX} ({max_instances})"
+            reason = budget.why(min(sizes))
         demand.waiting.append((task, reason))
 
 
-def _bulk(fitting: list[Shape]) -> Shape:
-    """The shape cheapest per slot; the larger on a tie (fewer machines)."""
-    return min(fitting, key=lambda s: (s.price_per_slot, -s.slots))
+def _bulk(fitting: list[Shape], total: int, room: int) -> Shape:
+    """The shape cheapest per slot (the larger on a tie: fewer machines) among those
+    whose machines, within the ``room`` left, hold the ``total`` slots waiting; with none
+    that can, the largest: near max_instances, small machines would leave tasks waiting
+    that larger ones hold."""
+    holding = [s for s in fitting if s.slots * room >= total]
+    if not holding:
+        return max(fitting, key=lambda s: (s.slots, -s.price))
+    return min(holding, key=lambda s: (s.price_per_slot, -s.slots))
 
 
-def _open_whole(demand: Demand, queue: _Queue, bulk: Shape, room: int) -> bool:
+def _open_whole(demand: Demand, queue: _Queue, bulk: Shape, budget: Budget) -> bool:
     """Open at once every machine that tasks of the largest size fill exactly, as filling
     them one by one would: a pass of thousands of equal tasks is one step, not thousands.
     Whether it opened any."""
@@ -243,9 +401,10 @@ def _open_whole(demand: Demand, queue: _Queue, bulk: Shape, room: int) -> bool:
     if queue.total < bulk.slots or top <= 0 or bulk.slots % top:
         return False
     per = bulk.slots // top
-    count = min(queue.count(top) // per, room)
+    count = min(queue.count(top) // per, budget.count(bulk.slots))
     if count <= 0:
         return False
+    budget.spend(bulk.slots, count)
     names = queue.take(top, count * per)
     demand.new_machines += [
         NewMachine(bulk, names[k * per : (k + 1) * per], bulk.slots) for k in range(count)
@@ -253,7 +412,9 @@ def _open_whole(demand: Demand, queue: _Queue, bulk: Shape, room: int) -> bool:
     return True
 
 
-def _next_shape(queue: _Queue, fitting: list[Shape], shapes: Sequence[Shape], room: int) -> Shape:
+def _next_shape(
+    queue: _Queue, fitting: list[Shape], shapes: tuple[Shape, ...], room: int, bulk: Shape
+) -> Shape:
     """The shape of the next machine to open, among those ``fitting`` the largest task.
 
     While the tasks left fill whole machines, the shape cheapest per slot (the larger on
@@ -264,10 +425,9 @@ def _next_shape(queue: _Queue, fitting: list[Shape], shapes: Sequence[Shape], ro
     ones left may be smaller than the first (2 + 2 + 1 slots: a 4-slot and a 1-slot
     machine), and it checks at each step that the machine holds its largest task.
     """
-    bulk = _bulk(fitting)
     if queue.total >= bulk.slots:
         return bulk
-    _, machines, first = _cheapest_cover(queue.counts(), tuple(shapes))
+    _, machines, first = _cheapest_cover(queue.counts(), shapes)
     if first is None or machines > room:
         return max(fitting, key=lambda s: (s.slots, -s.price))
     return first
@@ -304,14 +464,20 @@ def _after_fill(counts: tuple[tuple[int, int], ...], free: int) -> tuple[tuple[i
     return tuple(left)
 
 
-def _gang_problem(task: PendingTask, slots: int, max_instances: int) -> str | None:
-    """Why a task larger than one machine can never run here, or None if it can."""
-    if task.slots % slots:
-        return (
-            f"needs {task.slots} slots, which is not a multiple of the {slots} slots "
-            "of one instance"
-        )
-    need = task.slots // slots
-    if need > max_instances:
+def _gang_problem(task: PendingTask, sizes: list[int], max_instances: int) -> str:
+    """Why a task over one machine can never run here: no machine size divides it into
+    at most max_instances machines (``findDedicatedAgentFits``)."""
+    if len(sizes) == 1:
+        slots = sizes[0]
+        if task.slots % slots:
+            return (
+                f"needs {task.slots} slots, which is not a multiple of the {slots} slots "
+                "of one instance"
+            )
+        need = task.slots // slots
         return f"needs {need} instances of {slots} slots, more than max_instances ({max_instances})"
-    return None
+    listed = ", ".join(map(str, sizes))
+    return (
+        f"needs {task.slots} slots: no machine size of this pool ({listed} slots) divides it "
+        f"into at most max_instances ({max_instances}) machines"
+    )

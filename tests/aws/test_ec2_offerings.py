@@ -25,7 +25,8 @@ V100S = ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]
 def offerings_provider(
     ec2: Any, warm: WarmState, clock: Any = now, **offerings: Any
 ) -> Ec2Provider:
-    spec = {"instance_types": V100S, **offerings}
+    # A cap of 40 GPUs on 20 machines: room to spare for machines of every shape.
+    spec = {"instance_types": V100S, "max_slots": 40, **offerings}
     cfg = config(
         pool_document(image_id(ec2), instance_type="p3.16xlarge", offerings=spec, max_instances=20)
     )

@@ -19,7 +19,8 @@ V100S = ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]
 def shaped_pool(**overrides: Any) -> Any:
     fields: dict[str, Any] = {
         "instance_type": "p3.16xlarge",
-        "offerings": {"instance_types": V100S},
+        # A cap of 40 GPUs on 20 machines: room for machines of every shape.
+        "offerings": {"instance_types": V100S, "max_slots": 40},
         "max_instances": 20,
     }
     fields.update(overrides)

@@ -18,7 +18,8 @@ LARGE = {"machine_type": "n1-standard-32", "gpu_type": "nvidia-tesla-t4", "gpu_n
 
 
 def offerings_provider(compute: LocalCompute, memory: CapacityMemory) -> GceProvider:
-    offerings = {"machines": [SMALL, LARGE]}
+    # A cap in GPUs well under 10 of the largest: room to spare for small machines.
+    offerings = {"machines": [SMALL, LARGE], "max_slots": 10}
     return provider_for(compute, memory=memory, offerings=offerings, max_instances=10)
 
 
@@ -115,7 +116,8 @@ def test_everything_out_is_one_insert_per_offering_and_no_hot_loop(
     compute: LocalCompute,
 ) -> None:
     memory = CapacityMemory()
-    provider = provider_for(compute, memory=memory, offerings={"machines": [SMALL, LARGE]})
+    offerings = {"machines": [SMALL, LARGE], "max_slots": 10}
+    provider = provider_for(compute, memory=memory, offerings=offerings)
     compute.limit_capacity("n1-standard-8", count=0)
     compute.limit_capacity("n1-standard-32", count=0, kind="quota")
     compute.clear_calls()

@@ -38,7 +38,11 @@ def mixed_pool(**overrides: Any) -> Pool:
         "offerings": {"instance_types": ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]},
         "max_instances": 8,
     }
-    return pool(**(fields | overrides))
+    fields |= overrides
+    # Half the cap max_instances gives by default: machines to spare for every shape.
+    fields.setdefault("offerings", {})
+    fields["offerings"] = {"max_slots": 4 * fields["max_instances"], **fields["offerings"]}
+    return pool(**fields)
 
 
 def trace(*jobs: tuple[int, int, int]) -> Trace:

@@ -34,6 +34,7 @@ resource_pools:
       offerings:
         instance_types: [p3.2xlarge, p3.8xlarge, p3.16xlarge]
         prices: {p3.16xlarge: 20.0}
+        max_slots: 32
       max_instances: 8
       max_idle_agent_period: 5m
 """

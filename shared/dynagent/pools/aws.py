@@ -57,6 +57,8 @@ class AwsOfferings(StrictModel):
     prices: dict[str, float] = Field(default_factory=dict)
     # Slots of types outside the built-in GPU table.
     slots: dict[str, int] = Field(default_factory=dict)
+    # The pool's cap in slots (GPUs); default max_instances x the slots of instance_type.
+    max_slots: int | None = Field(default=None, ge=1)
 
     @field_validator("instance_types", "subnet_ids", "purchase")
     @classmethod
@@ -160,6 +162,8 @@ class AwsProvider(ProvisionerFields):
             )
         found += self._slot_warnings()
         if self.offerings is not None:
+            sizes = [self.gpus_of(t) for t in self.offerings.instance_types]
+            found += self.cap_warnings(self.offerings.max_slots, sizes, self.slot_cap or 0)
             models = _gpu_models(self.offerings.instance_types)
             if len(models) > 1:
                 found.append(f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose")
@@ -233,6 +237,16 @@ class AwsProvider(ProvisionerFields):
         if not gpus:
             return 1 if self.cpu_slots_allowed else 0
         return gpus
+
+    @property
+    def slot_cap(self) -> int | None:
+        """The cap in slots of a pool with offerings (None: max_instances alone)."""
+        if self.offerings is None:
+            return None
+        own = self.slots_per_instance  # instance_type unset: the largest offered
+        if "instance_type" in self.model_fields_set:
+            own = self.instance_slots or aws_gpus(self.instance_type) or own
+        return self.slot_cap_of(self.offerings.max_slots, own)
 
     def gpus_of(self, instance_type: str) -> int:
         """GPUs of a machine type the pool launches: the pool's own count

@@ -86,6 +86,8 @@ class GcpOfferings(StrictModel):
     purchase: tuple[Literal["spot", "standard"], ...] | None = Field(default=None, min_length=1)
     # Dollars per hour: "MACHINE" for standard, "MACHINE/spot" for spot.
     prices: dict[str, float] = Field(default_factory=dict)
+    # The pool's cap in slots (GPUs); default max_instances x the GPUs of instance_type.
+    max_slots: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _distinct(self) -> GcpOfferings:
@@ -190,6 +192,9 @@ class GcpProvider(ProvisionerFields):
         found = self.common_warnings()
         for machine in self.machines():
             found += [w for w in machine.warnings() if w not in found]
+        if self.offerings is not None:
+            sizes = [m.gpu_num for m in self.offerings.machines]
+            found += self.cap_warnings(self.offerings.max_slots, sizes, self.slot_cap or 0)
         models = {m.gpu_type for m in self.machines() if m.gpu_num}
         if len(models) > 1:
             found.append(f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose")
@@ -198,6 +203,16 @@ class GcpProvider(ProvisionerFields):
     def machines(self) -> tuple[GcpInstanceType, ...]:
         """Every machine the pool may launch: its offerings', or its one instance_type."""
         return self.offerings.machines if self.offerings else (self.instance_type,)
+
+    @property
+    def slot_cap(self) -> int | None:
+        """The cap in slots of a pool with offerings (None: max_instances alone)."""
+        if self.offerings is None:
+            return None
+        own = self.slots_per_instance  # instance_type unset: the largest offered
+        if "instance_type" in self.model_fields_set:
+            own = self.instance_type.gpu_num or own
+        return self.slot_cap_of(self.offerings.max_slots, own)
 
     def machine(self, machine_type: str) -> GcpInstanceType:
         for machine in self.machines():

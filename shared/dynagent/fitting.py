@@ -1,0 +1,110 @@
+"""Where the master places a pending task on the agents it has now, as Determined does.
+
+Determined's agent resource manager (``master/internal/rm/agentrm``) fits a task in
+two steps (``fitting.go`` ``findFits``):
+
+- **Shared fit** (``findSharedAgentFit``): one agent with at least the task's slots
+  free. The fitting policy scores the candidates (``fitting_methods.go``): ``best``
+  (``BestFit``, 1 / (1 + free slots)) takes the agent with the fewest free slots,
+  ``worst`` (``WorstFit``, free / total slots) the emptiest by share.
+- **Dedicated fit** (``findDedicatedAgentFits``), only for a task of more than one slot
+  that may span agents (not a command, notebook, shell, TensorBoard or checkpoint GC:
+  ``SingleAgent``): whole unused agents of one size that divides the task, every slot
+  of each used, the largest size that has enough of them first.
+
+Simpler than Determined's, on purpose: ties between equally scored agents go to the one
+listed first, where Determined orders them by an md5 distance between the task's and
+the agent's ids (which only chooses among agents the prediction counts alike);
+``allow_heterogeneous_fits`` (off by default) is not modelled; zero-slot tasks are left
+to the caller, which places them on any agent.
+
+Agents are kept in buckets by (slots, free slots), so a placement looks at a few
+buckets, not at every agent: a snapshot may list ten thousand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+FittingPolicy = Literal["best", "worst"]
+# scheduler_config.go: defaultFitPolicy.
+DEFAULT_FITTING_POLICY: FittingPolicy = "best"
+
+
+class AgentFit:
+    """The registered agents a pending task may be placed on now, by free slots.
+
+    ``free`` is the caller's list of every machine's free slots, indexed as its
+    machines; placing a task lowers it in place. ``agents`` are the indices of the
+    registered agents among them (the others are still booting: no task goes there yet).
+    """
+
+    def __init__(
+        self,
+        slots: Sequence[int],
+        free: list[int],
+        agents: Iterable[int],
+        policy: FittingPolicy = DEFAULT_FITTING_POLICY,
+    ) -> None:
+        self.slots = slots
+        self.free = free
+        self.worst = policy == "worst"
+        # (slots, free) -> agents in listing order (a dict keeps it), for those with
+        # free slots; whole unused agents are the buckets with free == slots.
+        self.buckets: dict[tuple[int, int], dict[int, None]] = {}
+        for index in agents:
+            if free[index] > 0:
+                self.buckets.setdefault((slots[index], free[index]), {})[index] = None
+
+    def place(self, task_slots: int, single_agent: bool) -> list[int] | None:
+        """The agents the master gives a task of ``task_slots`` now, taking their slots;
+        None when it must wait."""
+        index = self._shared(task_slots)
+        if index is not None:
+            self._take(index, task_slots)
+            return [index]
+        if single_agent or task_slots <= 1:
+            return None
+        agents = self._dedicated(task_slots)
+        for index in agents or ():
+            self._take(index, self.slots[index])
+        return agents
+
+    def idle(self, size: int) -> list[int]:
+        """Unused agents of ``size`` slots, in listing order."""
+        return list(self.buckets.get((size, size), ()))
+
+    def take_whole(self, index: int) -> None:
+        """An unused agent given whole to a task over several machines."""
+        self._take(index, self.free[index])
+
+    def _shared(self, task_slots: int) -> int | None:
+        best: tuple[float, int] | None = None
+        for (slots, free), bucket in self.buckets.items():
+            if free < task_slots or not bucket:
+                continue
+            # Higher scores win: BestFit 1/(1+free), WorstFit free/slots.
+            score = free / slots if self.worst else 1 / (1 + free)
+            first = next(iter(bucket))
+            if best is None or (-score, first) < (-best[0], best[1]):
+                best = (score, first)
+        return None if best is None else best[1]
+
+    def _dedicated(self, task_slots: int) -> list[int] | None:
+        sizes = sorted({s for (s, f), b in self.buckets.items() if s == f and b}, reverse=True)
+        for size in sizes:
+            bucket = self.buckets[(size, size)]
+            if task_slots % size == 0 and len(bucket) * size >= task_slots:
+                return list(bucket)[: task_slots // size]
+        return None
+
+    def _take(self, index: int, slots: int) -> None:
+        key = (self.slots[index], self.free[index])
+        bucket = self.buckets[key]
+        del bucket[index]
+        if not bucket:
+            del self.buckets[key]
+        self.free[index] -= slots
+        if self.free[index] > 0:
+            self.buckets.setdefault((key[0], self.free[index]), {})[index] = None

@@ -1,0 +1,264 @@
+"""The decision predicts Determined's placement on a pool of 1-, 4- and 8-GPU offerings:
+multi-agent fits across sizes, single-agent tasks, priority levels, fitting policy and
+the cap in slots (agentrm ``fitting.go``, ``fitting_methods.go``, ``priority.go``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from dynagent.config import parse_config
+from dynagent.decide import decide
+from dynagent.fleet import Fleet, Instance
+from dynagent.plan import Plan
+from dynagent.snapshot import Agent, PendingTask
+from tests.core.builders import NOW, agent_instance, ago, pool, snapshot
+
+G5 = ["g5.xlarge", "g5.12xlarge", "g5.48xlarge"]
+SLOTS = {"g5.xlarge": 1, "g5.12xlarge": 4, "g5.48xlarge": 8}
+
+
+def g5_pool(**overrides: Any) -> Any:
+    fields: dict[str, Any] = {
+        "instance_type": "g5.48xlarge",
+        "offerings": {"instance_types": G5, "max_slots": 40},
+        "max_instances": 20,
+    }
+    fields.update(overrides)
+    return pool(**fields)
+
+
+def job(name: str, slots: int, *, priority: int | None = None, single: bool = False) -> Any:
+    return PendingTask(task=name, slots=slots, priority=priority, single_agent=single)
+
+
+def agents_of(instance_type: str, count: int, prefix: str, *, used: int = 0) -> list[Agent]:
+    slots = SLOTS[instance_type]
+    return [Agent(id=f"{prefix}{k}", slots=slots, used_slots=used) for k in range(count)]
+
+
+def fleet_of(agents: list[Agent], types: dict[str, str], idle_minutes: float = 5) -> Fleet:
+    instances: list[Instance] = []
+    for agent in agents:
+        idle_since = ago(idle_minutes) if agent.used_slots == 0 else None
+        instance = agent_instance(agent.id, idle_since=idle_since)
+        instances.append(dataclasses.replace(instance, instance_type=types[agent.id]))
+    return Fleet(tuple(instances))
+
+
+def launched(plan: Plan) -> Counter[str]:
+    return Counter(launch.offerings[0].instance_type for launch in plan.launches)
+
+
+def idle_fleet(*groups: tuple[str, int], idle_minutes: float = 5) -> tuple[list[Agent], Fleet]:
+    agents: list[Agent] = []
+    types: dict[str, str] = {}
+    for instance_type, count in groups:
+        for agent in agents_of(instance_type, count, f"i-{instance_type.replace('.', '')}-"):
+            agents.append(agent)
+            types[agent.id] = instance_type
+    return agents, fleet_of(agents, types, idle_minutes)
+
+
+@pytest.mark.parametrize(("slots", "machines"), [(12, 3), (20, 5), (28, 7)])
+def test_a_gang_no_8_gpu_machine_divides_goes_on_4_gpu_machines(slots: int, machines: int) -> None:
+    plan = decide(g5_pool(), Fleet(), snapshot(pending=[job("exp", slots)]), NOW)
+
+    assert plan.unschedulable == ()
+    assert launched(plan) == {"g5.12xlarge": machines}
+
+
+def test_a_16_slot_gang_takes_four_idle_4_gpu_agents_and_launches_nothing() -> None:
+    agents, fleet = idle_fleet(("g5.12xlarge", 4))
+    plan = decide(g5_pool(), fleet, snapshot(pending=[job("exp", 16)], agents=agents), NOW)
+
+    assert plan.launches == ()
+    assert plan.terminations == ()
+
+
+def test_a_gang_counts_on_an_idle_agent_only_when_room_is_short() -> None:
+    # Two new machines when there is room: while the gang waits for a boot, the master
+    # may give the idle agent to a smaller task. With room for one, the idle agent is
+    # the gang's second machine.
+    agents, fleet = idle_fleet(("g5.48xlarge", 1))
+    pending = snapshot(pending=[job("exp", 16)], agents=agents)
+
+    assert launched(decide(g5_pool(), fleet, pending, NOW)) == {"g5.48xlarge": 2}
+    assert launched(decide(g5_pool(max_instances=2), fleet, pending, NOW)) == {"g5.48xlarge": 1}
+
+
+def test_an_8_slot_command_is_never_planned_across_1_gpu_agents() -> None:
+    agents, fleet = idle_fleet(("g5.xlarge", 8))
+    command = decide(
+        g5_pool(), fleet, snapshot(pending=[job("cmd", 8, single=True)], agents=agents), NOW
+    )
+    experiment = decide(g5_pool(), fleet, snapshot(pending=[job("exp", 8)], agents=agents), NOW)
+
+    # The master places the experiment on the eight idle agents (a dedicated fit), never
+    # the command: it needs a machine of 8 GPUs.
+    assert launched(command) == {"g5.48xlarge": 1}
+    assert experiment.launches == ()
+
+
+def test_a_command_larger_than_the_largest_machine_can_never_run() -> None:
+    plan = decide(g5_pool(), Fleet(), snapshot(pending=[job("cmd", 16, single=True)]), NOW)
+
+    assert plan.launches == ()
+    assert [u.task for u in plan.unschedulable] == ["cmd"]
+    assert "runs on one agent" in plan.unschedulable[0].reason
+
+
+def test_a_size_no_machine_divides_within_max_instances_is_unschedulable() -> None:
+    only_8 = g5_pool(
+        offerings={"instance_types": ["g5.12xlarge", "g5.48xlarge"], "max_slots": 16},
+        max_instances=2,
+    )
+    plan = decide(only_8, Fleet(), snapshot(pending=[job("exp", 12)]), NOW)
+
+    assert [u.task for u in plan.unschedulable] == ["exp"]
+    assert "4, 8 slots" not in plan.unschedulable[0].reason
+    assert "8, 4 slots" in plan.unschedulable[0].reason
+
+
+def test_an_idle_agent_a_blocked_lower_priority_task_fits_on_is_reaped() -> None:
+    # The 16-slot task (priority 10) waits at max_instances; the master starts nothing of
+    # priority 42 meanwhile, so the 1-slot task will not take the idle agent: it is reaped
+    # at its idle period, as if nothing were pending.
+    agents, fleet = idle_fleet(("g5.xlarge", 1), idle_minutes=25)
+    pending = [job("big", 16, priority=10), job("small", 1, priority=42)]
+    capped = g5_pool(max_instances=1)
+
+    blocked = decide(capped, fleet, snapshot(pending=pending, agents=agents), NOW)
+
+    assert [t.instance_id for t in blocked.terminations] == [agents[0].id]
+    assert any(
+        "small" in why and "waits behind big (priority 10)" in why for why in blocked.waiting
+    )
+    assert blocked.launches == ()
+
+
+def test_the_same_idle_agent_is_kept_when_nothing_higher_waits() -> None:
+    agents, fleet = idle_fleet(("g5.xlarge", 1), idle_minutes=25)
+    pending = [job("small", 1, priority=42)]
+
+    plan = decide(g5_pool(max_instances=1), fleet, snapshot(pending=pending, agents=agents), NOW)
+
+    assert plan.terminations == ()
+    assert plan.launches == ()
+
+
+def test_lower_priorities_are_planned_for_while_every_higher_task_gets_a_machine() -> None:
+    pending = [job("big", 16, priority=10), job("small", 1, priority=42)]
+    plan = decide(g5_pool(), Fleet(), snapshot(pending=pending), NOW)
+
+    assert launched(plan) == {"g5.48xlarge": 2, "g5.xlarge": 1}
+
+
+def test_a_lower_number_is_a_higher_priority() -> None:
+    # Room for one machine: priority 1 gets it, though listed last.
+    pending = [job("later", 8, priority=50), job("first", 8, priority=1)]
+    plan = decide(g5_pool(max_instances=1), Fleet(), snapshot(pending=pending), NOW)
+
+    assert [launch.tasks for launch in plan.launches] == [("first",)]
+
+
+def _free_slots_counted(policy: str) -> Plan:
+    # Two agents of 8: one half busy, one idle for long. A 2-slot task: best fit puts it
+    # on the half-busy one, worst fit on the idle one, which is then counted on.
+    half = Agent(id="i-half", slots=8, used_slots=4)
+    empty = Agent(id="i-empty", slots=8, used_slots=0)
+    fleet = fleet_of([half, empty], {"i-half": "g5.48xlarge", "i-empty": "g5.48xlarge"}, 25)
+    snap = snapshot(pending=[job("t", 2)], agents=[half, empty])
+    snap = snap.model_copy(update={"fitting_policy": policy})
+    return decide(g5_pool(), fleet, snap, NOW)
+
+
+def test_best_fit_leaves_the_idle_agent_to_be_reaped() -> None:
+    plan = _free_slots_counted("best")
+    assert [t.instance_id for t in plan.terminations] == ["i-empty"]
+
+
+def test_worst_fit_counts_on_the_idle_agent() -> None:
+    plan = _free_slots_counted("worst")
+    assert plan.terminations == ()
+    assert any(m.instance_ids == ("i-empty",) for m in plan.marks)
+
+
+CLUSTER05_POOL = """
+resource_pools:
+  - pool_name: g5
+    provider:
+      type: aws
+      region: us-east-1
+      image_id: ami-00000000000000000
+      instance_type: g5.48xlarge
+      max_instances: {max_instances}
+      offerings: {{instance_types: [g5.xlarge, g5.12xlarge, g5.48xlarge]{extra}}}
+"""
+
+
+def _config_pool(max_instances: int, extra: str = "") -> Any:
+    text = CLUSTER05_POOL.format(max_instances=max_instances, extra=extra)
+    return parse_config(text).pool("g5")
+
+
+def test_the_cap_in_slots_defaults_to_max_instances_of_instance_type() -> None:
+    assert _config_pool(10).provider.slot_cap == 80
+    assert _config_pool(10, ", max_slots: 24").provider.slot_cap == 24
+
+
+def test_near_max_instances_the_machines_that_hold_what_waits_are_chosen() -> None:
+    # 80 one-GPU tasks, room for 10 machines: ten g5.xlarge would leave 70 waiting.
+    pending = [job(f"t{k}", 1) for k in range(80)]
+    plan = decide(_config_pool(10), Fleet(), snapshot(pending=pending), NOW)
+
+    assert launched(plan) == {"g5.48xlarge": 10}
+    assert plan.waiting == ()
+
+
+def test_by_default_small_machines_never_take_the_room_large_ones_need() -> None:
+    # max_instances 10 x g5.48xlarge is the cap (80 GPUs); a g5.xlarge would leave 9
+    # machines for 79 GPUs. So three 1-GPU tasks share a g5.48xlarge.
+    pending = [job(f"t{k}", 1) for k in range(3)]
+    plan = decide(_config_pool(10), Fleet(), snapshot(pending=pending), NOW)
+    assert launched(plan) == {"g5.48xlarge": 1}
+    # With machines to spare beyond the cap, each gets the cheapest machine.
+    spare = decide(_config_pool(30, ", max_slots: 80"), Fleet(), snapshot(pending=pending), NOW)
+    assert launched(spare) == {"g5.xlarge": 3}
+
+
+def test_the_cap_in_slots_holds_small_machines_back() -> None:
+    pending = [job(f"t{k}", 1) for k in range(30)]
+    plan = decide(_config_pool(100, ", max_slots: 20"), Fleet(), snapshot(pending=pending), NOW)
+
+    assert sum(SLOTS[t] * n for t, n in launched(plan).items()) <= 20
+    assert len(plan.waiting) == 10
+    assert all("pool is at max_slots (20)" in why for why in plan.waiting)
+    assert plan.pending_at_max
+
+
+def test_validate_warns_when_small_machines_can_fill_max_instances() -> None:
+    by_default = _config_pool(10).provider.warnings()
+    assert any("leaves 0 slots to spare" in w and "to 80" in w for w in by_default)
+    set_low = _config_pool(10, ", max_slots: 40").provider.warnings()
+    assert any("leaves 40 slots to spare" in w and "to 40" in w for w in set_low)
+    assert not any(
+        "max_instances" in w for w in _config_pool(80, ", max_slots: 80").provider.warnings()
+    )
+
+
+def test_a_task_no_shape_holds_now_does_not_hold_back_smaller_ones() -> None:
+    # The 4- and 8-GPU types are out of capacity: the 4-slot task waits, the 1-slot
+    # task still gets its g5.xlarge.
+    out = frozenset(
+        o.key for o in g5_pool().provider.catalog().offerings if o.instance_type != "g5.xlarge"
+    )
+    plan = decide(
+        g5_pool(), Fleet(unavailable=out), snapshot(pending=[job("four", 4), job("one", 1)]), NOW
+    )
+
+    assert launched(plan) == {"g5.xlarge": 1}
+    assert [why.split(" ")[0] for why in plan.waiting] == ["four"]
