@@ -11,7 +11,7 @@ A machine falls back only to offerings that hold its tasks: its type elsewhere, 
 larger types. When none of those has capacity, ``dynagent.repack`` decides again in the
 same pass, without them, and may find a cover of smaller machines.
 
-No offering is tried twice in one call, so a call makes at most one launch call per
+No offering is tried twice in one launch, so a launch makes at most one call per
 offering tried, and a pass where everything is out ends after one call per offering
 (a re-pack leaves the refused ones out of its decision).
 """

@@ -30,7 +30,7 @@ from dynagent.plan import Plan
 from dynagent.provider import LaunchResult, Provider
 from dynagent.snapshot import Snapshot
 
-# Rounds after the first launch. One is what the issue needs (the cheapest shape out
+# Rounds after the first launch. One covers the common case (the cheapest shape out
 # everywhere); more cover a second shape out too, each at one call per offering.
 MAX_ROUNDS = 3
 
