@@ -7,8 +7,13 @@ the machines not started to their next offering, in the same pass. An offering r
 for capacity is remembered as unavailable for a few minutes (``CapacityMemory``), so the
 next decisions choose among the others instead of asking again.
 
-No offering is tried twice in one pass, so one pass makes at most one launch call per
-offering tried, and a pass where everything is out ends after one call per offering.
+A machine falls back only to offerings that hold its tasks: its type elsewhere, then
+larger types. When none of those has capacity, ``dynagent.repack`` decides again in the
+same pass, without them, and may find a cover of smaller machines.
+
+No offering is tried twice in one launch, so a launch makes at most one call per
+offering tried, and a pass where everything is out ends after one call per offering
+(a re-pack leaves the refused ones out of its decision).
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ def launch_with_fallback(
     # Entries are (position in ``launches``, offering index): equal launches stay distinct.
     waiting = [(position, 0) for position, launch in enumerate(launches) if launch.offerings]
     tried: set[str] = set()
-    started: list[str] = []
+    placed: list[tuple[str, Offering]] = []
     refused: list[str] = []
     replayed = False
     while waiting := _untried(launches, waiting, tried):
@@ -83,12 +88,10 @@ def launch_with_fallback(
         group = [(p, i) for p, i in waiting if launches[p].offerings[i].key == offering.key]
         tried.add(offering.key)
         attempt = call(offering, len(group))
-        started += attempt.started
+        placed += [(instance_id, offering) for instance_id in attempt.started]
         replayed |= attempt.replayed
         if attempt.error is not None:
-            return LaunchResult(
-                tuple(started), error=attempt.error, replayed=replayed, unavailable=tuple(refused)
-            )
+            return _result(placed, refused, replayed, attempt.error)
         done = len(group) if attempt.replayed else len(attempt.started)
         if done < len(group) and not attempt.out_of_capacity:
             break  # fewer than asked and no reason given: the next pass asks again
@@ -98,11 +101,23 @@ def launch_with_fallback(
         # The group's first ``done`` are started; the rest move on to their next offering.
         done_positions = {p for p, _ in group[:done]}
         waiting = [(p, i) for p, i in waiting if p not in done_positions]
-    unmet = 0 if replayed else len(launches) - len(started)
+    unmet = 0 if replayed else len(launches) - len(placed)
     error = None
     if refused and unmet > 0:
         error = f"{NO_CAPACITY} {unmet} machine(s): tried {', '.join(refused)}"
-    return LaunchResult(tuple(started), error=error, replayed=replayed, unavailable=tuple(refused))
+    return _result(placed, refused, replayed, error)
+
+
+def _result(
+    placed: list[tuple[str, Offering]], refused: list[str], replayed: bool, error: str | None
+) -> LaunchResult:
+    return LaunchResult(
+        tuple(instance_id for instance_id, _ in placed),
+        error=error,
+        replayed=replayed,
+        unavailable=tuple(refused),
+        placements=tuple(placed),
+    )
 
 
 def _untried(

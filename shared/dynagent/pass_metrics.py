@@ -28,7 +28,7 @@ from dynagent.config import Pool
 from dynagent.fallback import NO_CAPACITY
 from dynagent.fleet import Fleet
 from dynagent.metrics import AGENT_STATES, INSTANCE_STATES, Point, point
-from dynagent.plan import Plan
+from dynagent.plan import Launch, Plan
 from dynagent.provider import LaunchResult
 from dynagent.reconcile import Outcome
 from dynagent.snapshot import Snapshot, snapshot_age
@@ -101,7 +101,7 @@ def pass_points(outcome: Outcome, pool: Pool | None, now: datetime) -> list[Poin
         points.append(point("ReconcileDuration", round(outcome.duration * 1000, 3), name))
     if outcome.fleet is not None:
         points += _fleet(name, outcome.fleet, pool)
-    points += _actions(name, plan, outcome.launch)
+    points += _actions(name, plan, outcome.launches, outcome.launch)
     if outcome.launches_paused_until is not None:
         points.append(point("LaunchesPaused", 1, name))
     return points
@@ -133,10 +133,12 @@ def _fleet(name: str, fleet: Fleet, pool: Pool | None) -> list[Point]:
     return points
 
 
-def _actions(name: str, plan: Plan, launch: LaunchResult | None) -> list[Point]:
+def _actions(
+    name: str, plan: Plan, launches: tuple[Launch, ...], launch: LaunchResult | None
+) -> list[Point]:
     points = [
         point("Launches", count, name, reason=reason)
-        for reason, count in _launched(plan, launch).items()
+        for reason, count in _launched(launches, launch).items()
     ]
     terminated = Counter(t.cause for t in plan.terminations)
     points += [
@@ -154,15 +156,15 @@ def _actions(name: str, plan: Plan, launch: LaunchResult | None) -> list[Point]:
     return points
 
 
-def _launched(plan: Plan, launch: LaunchResult | None) -> Counter[str]:
-    """Launches the cloud started, by cause. When it started fewer than planned, the
-    started ones are counted against the plan's launches in order (demand first, then
-    zero-slot, min_instances, headroom): a result does not say which of them it served.
-    A replayed launch was counted by the pass that first made it."""
+def _launched(launches: tuple[Launch, ...], launch: LaunchResult | None) -> Counter[str]:
+    """Launches the cloud started, by cause. When it started fewer than tried (the plan's,
+    then a re-pack's), the started ones are counted against those in order (demand first,
+    then zero-slot, min_instances, headroom): a result does not say which of them it
+    served. A replayed launch was counted by the pass that first made it."""
     if launch is None or launch.replayed:
         return Counter()
-    started = min(len(launch.started), len(plan.launches))
-    return Counter(item.cause for item in plan.launches[:started])
+    started = min(len(launch.started), len(launches))
+    return Counter(item.cause for item in launches[:started])
 
 
 def _launch_errors(launch: LaunchResult) -> Counter[str]:

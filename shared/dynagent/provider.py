@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dynagent.fleet import Fleet
+from dynagent.offerings import Offering
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 
 
@@ -34,6 +35,9 @@ class LaunchResult:
     replayed: bool = False
     # Keys of offerings the cloud refused for capacity in this launch (``Offering.key``).
     unavailable: tuple[str, ...] = ()
+    # Each started id with the offering it was started on, for launches that went
+    # through ``launch_with_fallback``: the same pass counts them when it re-packs.
+    placements: tuple[tuple[str, Offering], ...] = ()
 
 
 class Provider(Protocol):

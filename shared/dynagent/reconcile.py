@@ -17,8 +17,9 @@ from dynagent.decide import decide
 from dynagent.durations import format_duration
 from dynagent.fleet import Fleet
 from dynagent.launch_errors import LaunchErrorMemory
-from dynagent.plan import Plan
+from dynagent.plan import Launch, Plan
 from dynagent.provider import LaunchResult, Provider
+from dynagent.repack import Repack, found_no_capacity, repack
 from dynagent.snapshot import InvalidSnapshot, Snapshot
 
 ProviderFactory = Callable[[Pool], Provider]
@@ -40,6 +41,7 @@ class Outcome:
 
     pool: str
     plan: Plan | None = None
+    # What the pass's launches did, re-packs included.
     launch: LaunchResult | None = None
     seq: int | None = None
     # Set when the pass did nothing on purpose (a stale or superseded snapshot).
@@ -53,6 +55,14 @@ class Outcome:
     duration: float | None = None
     # Until when launches are paused (launch_error_timeout/retries), when they were.
     launches_paused_until: datetime | None = None
+    # The rounds that re-packed tasks no offering had capacity for (``dynagent.repack``).
+    repacks: tuple[Repack, ...] = ()
+
+    @property
+    def launches(self) -> tuple[Launch, ...]:
+        """Every launch the pass tried: the plan's, then each re-pack's."""
+        planned = self.plan.launches if self.plan is not None else ()
+        return planned + tuple(launch for r in self.repacks for launch in r.plan.launches)
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready summary: every action with its reason."""
@@ -78,6 +88,8 @@ class Outcome:
                 summary["launch_error"] = self.launch.error
             if self.launch.replayed:
                 summary["launch_replayed"] = True
+        if self.repacks:
+            summary["repacked"] = [r.report() for r in self.repacks]
         return summary
 
 
@@ -91,7 +103,8 @@ def reconcile(
     launch_errors: LaunchErrorMemory | None = None,
 ) -> Outcome:
     """Observe the pool's fleet, decide, and carry the plan out; with ``launch_errors``,
-    launches pause as ``launch_error_timeout``/``launch_error_retries`` say."""
+    launches pause as ``launch_error_timeout``/``launch_error_retries`` say. Tasks whose
+    machines found no capacity anywhere are re-packed in the same pass (``repack``)."""
     started = timer()
     fleet = provider.observe()
     plan = decide(pool, fleet, snapshot, now, settings)
@@ -99,6 +112,9 @@ def reconcile(
     if launch_errors is not None:
         plan, paused_until = launch_errors.hold(pool, plan, now)
     launch = apply(plan, provider)
+    repacks: tuple[Repack, ...] = ()
+    if launch is not None and found_no_capacity(launch):
+        launch, repacks = repack(pool, provider, fleet, snapshot, now, settings, plan, launch)
     if launch_errors is not None and launch is not None:
         launch_errors.record(pool, launch.error, now)
     return Outcome(
@@ -110,6 +126,7 @@ def reconcile(
         snapshot=snapshot,
         duration=timer() - started,
         launches_paused_until=paused_until,
+        repacks=repacks,
     )
 
 

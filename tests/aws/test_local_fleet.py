@@ -179,6 +179,7 @@ def test_capacity_limit_follows_the_subnets_zone(
             ImageId=image, InstanceType=GPU, MinCount=1, MaxCount=1, SubnetId=subnets["us-west-2b"]
         )
     assert error_of(excinfo)[0] == "InsufficientInstanceCapacity"
+    assert aws.capacity_refusals() == [(GPU, "us-west-2b", "on-demand")]  # where it refused
     aws.clear_capacity_limits()
     ec2.run_instances(
         ImageId=image, InstanceType=GPU, MinCount=1, MaxCount=1, SubnetId=subnets["us-west-2b"]

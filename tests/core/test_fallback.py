@@ -50,6 +50,9 @@ def test_spot_out_falls_to_on_demand_then_the_larger_type_in_one_pass() -> None:
     assert cloud.calls == [(SMALL_SPOT.key, 3), (SMALL_OD.key, 2), (LARGE.key, 1)]
     assert result.unavailable == (SMALL_SPOT.key, SMALL_OD.key)
     assert memory.unavailable(NOW) == {SMALL_SPOT.key, SMALL_OD.key}
+    # Each machine with the offering it started on: what a re-pack counts as launched.
+    assert [o.key for _, o in result.placements] == [SMALL_SPOT.key, SMALL_OD.key, LARGE.key]
+    assert tuple(i for i, _ in result.placements) == result.started
 
 
 def test_all_out_is_one_call_per_offering_and_an_error() -> None:

@@ -7,14 +7,16 @@ from dynagent.decide import decide
 from dynagent.fallback import CapacityMemory
 from dynagent.fleet import Fleet
 from dynagent.gcp.compute import GceProvider
-from dynagent.plan import Termination
+from dynagent.offerings import Offering
+from dynagent.plan import Launch, Plan, Termination
 from dynagent.snapshot import PendingTask, Snapshot
 from dynagent.testing.gce import LocalCompute
 
-from .helpers import managed, now, provider_for
+from .helpers import ZONE, config, gcp_pool_document, managed, now, provider_for
 
 SMALL = {"machine_type": "n1-standard-8", "gpu_type": "nvidia-tesla-t4", "gpu_num": 1}
 LARGE = {"machine_type": "n1-standard-32", "gpu_type": "nvidia-tesla-t4", "gpu_num": 4}
+SMALL_OFFERINGS = (Offering("n1-standard-8", 1, 0.73, ZONE),)
 
 
 def offerings_provider(compute: LocalCompute, memory: CapacityMemory) -> GceProvider:
@@ -132,3 +134,18 @@ def test_everything_out_is_one_insert_per_offering_and_no_hot_loop(
     again = decide(provider.pool, provider.observe(), demand(2, 1), now())
     assert again.launches == ()
     assert again.waiting == ("t0 (1 slots): no machine of 1 or more slots has capacity now",)
+
+
+def test_keys_too_long_for_a_name_still_name_distinct_vms(compute: LocalCompute) -> None:
+    # The pool's name leaves a key's seq near the end of the 63 characters: cut there,
+    # two snapshots (or a snapshot and its re-pack) would ask for the same VM names,
+    # and the second would take the first one's VMs for its own.
+    name = "a-pool-whose-name-takes-forty-characters"
+    document = gcp_pool_document(name=name, offerings={"machines": [SMALL]}, max_instances=10)
+    provider = provider_for(compute, config(document), memory=CapacityMemory())
+    started = []
+    for key in (f"{name}:1230", f"{name}:1231", f"{name}:1231:repack1"):
+        plan = Plan(name, key, now(), launches=(Launch("t", offerings=SMALL_OFFERINGS),))
+        started += provider.launch(plan).started
+    assert len(set(started)) == 3 and all(len(vm) <= 63 for vm in started)
+    assert len(managed(compute, name)) == 3

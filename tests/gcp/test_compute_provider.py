@@ -234,10 +234,13 @@ def test_a_preempted_spot_vm_of_ours_is_gone_and_a_standard_one_is_never_preempt
 
 
 @pytest.mark.parametrize("count", [1, 3])
-def test_names_stay_valid_for_long_pools_and_sweep_keys(compute: LocalCompute, count: int) -> None:
+@pytest.mark.parametrize("suffix", ["", ":repack1"])  # a re-pack round's key is longer
+def test_names_and_labels_stay_valid_for_long_pools_and_sweep_keys(
+    compute: LocalCompute, count: int, suffix: str
+) -> None:
     cfg = config(gcp_pool_document(name="a-pool-with-a-rather-long-name-for-labels"))
     provider = provider_for(compute, cfg)
-    key = "a-pool-with-a-rather-long-name-for-labels:sweep:20261121T2300"
+    key = "a-pool-with-a-rather-long-name-for-labels:sweep:20261121T2300" + suffix
     plan = Plan(
         pool="a-pool-with-a-rather-long-name-for-labels",
         launch_key=key,
@@ -247,6 +250,9 @@ def test_names_stay_valid_for_long_pools_and_sweep_keys(compute: LocalCompute, c
     result = provider.launch(plan)
     assert result.error is None and len(result.started) == count
     assert all(len(name) <= 63 for name in result.started)
+    labels = {vm["labels"]["dynagent-launch-key"] for vm in managed(compute, plan.pool)}
+    (label,) = labels
+    assert len(label) <= 63 and label.startswith("a-pool-with-a-rather-long-name-for-labels-")
 
 
 def test_every_status_the_api_lists_is_mapped() -> None:

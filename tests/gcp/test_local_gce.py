@@ -852,6 +852,7 @@ def test_a_limit_can_be_a_quota_or_a_detailed_stockout(
     assert [(e.code, e.message) for e in failed.value.errors] == [(code, message)]
     assert compute.operation(operation.name)["httpErrorStatusCode"] == status
     assert compute.instances() == []
+    assert compute.capacity_refusals() == [("a2-highgpu-1g", compute.zone, "STANDARD")]
     details = compute.operation(operation.name)["error"]["errors"][0].get("errorDetails", [])
     if kind == "quota":
         assert details[0]["quotaInfo"]["dimensions"] == {"region": "us-central1"}

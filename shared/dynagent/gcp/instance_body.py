@@ -16,7 +16,7 @@ from typing import Any
 from dynagent.boot import MasterAddress, agent_boot, render
 from dynagent.pools.gcp import GcpInstanceType, GcpProvider
 
-from .labels import LAUNCH_KEY_LABEL, identity_labels, label_safe
+from .labels import LAUNCH_KEY_LABEL, identity_labels, label_safe, launch_key_label
 
 MAX_NAME = 63
 # The metadata server names the VM: on GCP the agent id is the instance name.
@@ -28,10 +28,7 @@ AGENT_ID_COMMAND = (
 
 def instance_names(provider: GcpProvider, launch_key: str, count: int) -> list[str]:
     """Deterministic names from (pool, seq, index): a replay asks for the same names."""
-    base = provider.name_prefix + label_safe(launch_key).replace("_", "-")
-    if len(base) + len(f"-{count}") > MAX_NAME:
-        digest = hashlib.sha256(launch_key.encode()).hexdigest()[:16]
-        base = f"{provider.name_prefix}{digest}"
+    base = _name_base(provider, launch_key, len(f"-{count}"))
     return [f"{base}-{index}" for index in range(count)]
 
 
@@ -42,10 +39,20 @@ def offering_names(
     offering, index), so a replay asks for the same names, and a VM refused in one zone
     is asked for under another name in the next."""
     digest = hashlib.sha256(offering_key.encode()).hexdigest()[:6]
-    base = instance_names(provider, launch_key, 1)[0].rsplit("-", 1)[0]
-    if len(base) + len(f"-{digest}-{count}") > MAX_NAME:
-        base = base[: MAX_NAME - len(f"-{digest}-{count}")].rstrip("-")
+    base = _name_base(provider, launch_key, len(f"-{digest}-{count}"))
     return [f"{base}-{digest}-{index}" for index in range(count)]
+
+
+def _name_base(provider: GcpProvider, launch_key: str, suffix: int) -> str:
+    """The prefix and the launch key, for a name with ``suffix`` characters more. A key
+    too long for that is replaced by its digest, never cut: cut, the keys of two
+    snapshots (or of a snapshot and its re-pack) could name the same VMs, and the second
+    launch would take the first one's VMs for its own."""
+    base = provider.name_prefix + label_safe(launch_key).replace("_", "-")
+    if len(base) + suffix > MAX_NAME:
+        digest = hashlib.sha256(launch_key.encode()).hexdigest()[:16]
+        base = f"{provider.name_prefix}{digest}"
+    return base
 
 
 def startup_script(
@@ -94,7 +101,7 @@ def instance_body(
         **body.get("labels", {}),
         **provider.labels,
         **identity_labels(provider, pool),
-        LAUNCH_KEY_LABEL: label_safe(launch_key),
+        LAUNCH_KEY_LABEL: launch_key_label(launch_key),
     }
     body["networkInterfaces"] = _network_interfaces(provider, body.get("networkInterfaces", []))
     if provider.network_tags:

@@ -6,6 +6,7 @@ and the launch key's ``:`` becomes ``-``.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
 from dynagent.fleet import InstanceState, Mark
@@ -14,6 +15,8 @@ from dynagent.pools.gcp import GcpProvider
 POOL_LABEL = "dynagent-pool"
 LAUNCH_KEY_LABEL = "dynagent-launch-key"
 MARK_LABELS = {mark: f"dynagent-{mark.value}" for mark in Mark}
+# Compute Engine's longest label value.
+MAX_LABEL_VALUE = 63
 _MARK_BY_LABEL = {label: mark for mark, label in MARK_LABELS.items()}
 
 # Compute Engine instance statuses (every one the compute.v1 API lists), mapped once.
@@ -47,6 +50,16 @@ def parse_time(value: str) -> datetime | None:
 def label_safe(text: str) -> str:
     """Lowercase, and every character labels do not allow becomes ``-``."""
     return "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in text.lower())
+
+
+def launch_key_label(launch_key: str) -> str:
+    """The launch key as a label value: a long pool's sweep or re-pack key would pass 63
+    characters, so such a key keeps its start and ends in a digest of the whole."""
+    value = label_safe(launch_key)
+    if len(value) <= MAX_LABEL_VALUE:
+        return value
+    digest = hashlib.sha256(launch_key.encode()).hexdigest()[:10]
+    return f"{value[: MAX_LABEL_VALUE - len(digest) - 1]}-{digest}"
 
 
 def managed_filter(provider: GcpProvider, pool: str) -> str:

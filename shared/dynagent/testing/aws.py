@@ -1277,6 +1277,13 @@ class LocalAws(Service):
             served["refused"] = refused
         return served
 
+    def capacity_refusals(self) -> list[Site]:
+        """Where a capacity limit refused a launch since reset(), in order: one entry per
+        refused RunInstances call, and per CreateFleet override that found no capacity
+        (also one that started some of its instances, then ran out)."""
+        with _STATE_LOCK:
+            return list(self._knobs.scarcity.refused_sites)
+
     def set_instance_state(self, instance_id: str, state: str) -> None:
         """Put an instance into an EC2 state (say "pending": moto starts every instance
         "running" at once, so an instance stuck booting needs this)."""

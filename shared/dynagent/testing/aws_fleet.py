@@ -150,11 +150,14 @@ class Scarcity:
     on_demand_prices: dict[str, float] = field(default_factory=dict)
     # Injected errors and capacity refusals served, so a test can tell its faults landed.
     refusals_served: int = 0
+    # Where each capacity refusal was, in order: a test counts the calls per offering.
+    refused_sites: list[Site] = field(default_factory=list)
 
     def clear(self) -> None:
         self.limits.clear()
         self.failures.clear()
         self.refusals_served = 0
+        self.refused_sites.clear()
         self.spot_prices.clear()
         self.on_demand_prices.clear()
 
@@ -192,6 +195,7 @@ class Scarcity:
     def insufficient_capacity(self, site: Site, zones: list[str]) -> ServerError:
         """EC2's InsufficientInstanceCapacity, naming the zones that still have capacity."""
         self.refusals_served += 1
+        self.refused_sites.append(site)
         if site.purchase == SPOT:
             return ServerError(INSUFFICIENT_CAPACITY, _NO_SPOT_CAPACITY)
         others = [

@@ -45,7 +45,7 @@ RUNNING for a number of polls (with a failing insert: an insert that fails late)
 instance's status or creation time, preempt a Spot VM (``preempt``: deleted or TERMINATED
 by its termination action, as the API shows it), and refuse every Nth
 call with 429 or 503 (``fail_calls``). It records the calls it serves, as (HTTP method,
-API method) pairs, and the instances inserts created.
+API method) pairs, the instances inserts created, and the offerings capacity refused.
 
 Capacity: ``limit_capacity(machine_type, zone, provisioning, count)`` lets at most
 ``count`` more VMs of that offering (None matches any zone or model; a legacy
@@ -1058,6 +1058,7 @@ class _State:
     call_faults: list[CallFault] = field(default_factory=list)
     faults_served: int = 0
     created: list[str] = field(default_factory=list)  # names, in the order inserts landed
+    refused: list[Offering] = field(default_factory=list)  # capacity refusals, in order
 
 
 class _Admission(NamedTuple):
@@ -1313,6 +1314,7 @@ class FakeCompute:
                 limit.remaining -= fit
             return _Admission(fit, None)
         short = next(limit for limit in matching if limit.remaining < min_count)
+        self.state.refused.append(offering)
         failure = short.failure(project, bodies[0], offering)
         if len(bodies) > 1 or min_count > 1:
             leading = {
@@ -1947,6 +1949,12 @@ class LocalCompute(Service):
         count launches by it: the calls log also holds refused and replayed inserts."""
         with self._compute.lock:
             return list(self._compute.state.created)
+
+    def capacity_refusals(self) -> list[Offering]:
+        """The offering of each insert or bulkInsert a capacity limit refused since
+        reset(), in order: a test counts the calls per offering by it."""
+        with self._compute.lock:
+            return list(self._compute.state.refused)
 
     def clear_capacity_limits(self) -> None:
         """Forget every capacity limit: VMs of any offering can be created again."""
