@@ -51,6 +51,7 @@ def test_a_shape_out_in_every_subnet_is_repacked_onto_smaller_machines_in_one_pa
         "subnet_ids": [s["SubnetId"] for s in subnets],
         # Below two p3.8xlarge (2 x $12.24): one 8-GPU machine is the cheapest cover.
         "prices": {"p3.16xlarge": 20.0},
+        "max_slots": 40,  # machines to spare: 4-GPU ones may launch
     }
     document = pool_document(
         image_id(ec2), instance_type="p3.16xlarge", max_instances=10, offerings=offerings

@@ -36,6 +36,8 @@ def shaped_pool(*instance_types: str, **prices: float) -> Any:
             "instance_types": list(instance_types),
             "subnet_ids": SUBNETS,
             "prices": {t: p for t, p in table.items() if t in instance_types},
+            # Machines to spare beyond the cap at 8 per machine: smaller ones may launch.
+            "max_slots": 20,
         },
         max_instances=10,
         launch_error_timeout="5m",

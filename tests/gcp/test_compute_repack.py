@@ -28,6 +28,7 @@ def test_a_machine_out_in_every_zone_is_repacked_onto_smaller_machines_in_one_pa
         "zones": [ZONE, ZONE_B],
         # Below two a2-highgpu-4g: one 8-GPU machine is the cheapest cover.
         "prices": {"a2-highgpu-8g": 25.0},
+        "max_slots": 40,  # machines to spare: 4-GPU ones may launch
     }
     document = gcp_pool_document(
         instance_type={"machine_type": "a2-highgpu-8g", "gpu_type": A100, "gpu_num": 8},
