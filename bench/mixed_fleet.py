@@ -33,7 +33,7 @@ resource_pools:
       region: us-east-1
       image_id: ami-00000000000000000
       instance_type: p3.16xlarge
-      offerings: {{instance_types: [{types}]}}
+      offerings: {{instance_types: [{types}], max_slots: 3000}}
       max_instances: 3000
       max_idle_agent_period: {idle}
       warm_headroom_slots: {headroom}
