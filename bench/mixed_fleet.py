@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dynagent.config import parse_config
+from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.metrics import limit_gpu_seconds, summarise
 from dynagent.simulate.run import simulate
 from dynagent.simulate.trace import load_trace
@@ -55,7 +56,7 @@ def one_run(job: Job) -> dict[str, Any]:
     pool = config.pool("mixed")
     trace = load_trace(path)
     provider = pool.provider
-    limit = limit_gpu_seconds(trace, provider.slots_per_instance, provider.max_instances)
+    limit = limit_gpu_seconds(trace, pool_sizes(pool), provider.max_instances)
     start = time.perf_counter()
     column = summarise(simulate(trace, pool, config.settings, policy), limit)
     return {

@@ -19,6 +19,7 @@ import mixed_fleet
 
 from dynagent.config import parse_config
 from dynagent.simulate.command import DEFAULT_POOL_YAML
+from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.metrics import limit_gpu_seconds, summarise
 from dynagent.simulate.run import POLICIES, simulate
 from dynagent.simulate.trace import load_trace
@@ -37,7 +38,7 @@ def replay_trace(path: Path) -> dict[str, Any]:
     pool = config.pool("default")
     trace = load_trace(path)
     provider = pool.provider
-    limit = limit_gpu_seconds(trace, provider.slots_per_instance, provider.max_instances)
+    limit = limit_gpu_seconds(trace, pool_sizes(pool), provider.max_instances)
     found: dict[str, Any] = {"jobs": len(trace.jobs), "limit_gpu_hours": round(limit / 3600, 1)}
     for name in POLICIES:
         start = time.perf_counter()

@@ -8,10 +8,10 @@ pool can run at all; a task larger than the pool is left out of it and reported.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from dynagent.simulate.master import fits_pool
+from dynagent.simulate.fitting import fits_pool
 from dynagent.simulate.run import PolicyRun
 from dynagent.simulate.trace import Trace
 
@@ -67,10 +67,14 @@ def percentile(sorted_values: Sequence[int], percent: float) -> int | None:
     return sorted_values[rank - 1]
 
 
-def limit_gpu_seconds(trace: Trace, slots: int, max_instances: int) -> int:
-    """Busy GPU-seconds of the tasks a pool of this shape can run at all."""
+def limit_gpu_seconds(trace: Trace, sizes: Iterable[int], max_instances: int) -> int:
+    """Busy GPU-seconds of the tasks a pool of machines of these ``sizes`` (slots) can
+    run at all."""
+    sizes = tuple(sizes)
     return sum(
-        job.gpus * job.duration for job in trace.jobs if fits_pool(job.gpus, slots, max_instances)
+        job.gpus * job.duration
+        for job in trace.jobs
+        if fits_pool(job.gpus, sizes, max_instances, job.single_agent)
     )
 
 

@@ -24,6 +24,7 @@ from dynagent.simulate.capacity import Outage
 from dynagent.simulate.clock import Events, Kind
 from dynagent.simulate.cloud import Interruptions, SimCloud
 from dynagent.simulate.determined import DeterminedPolicy, baseline_offering, baseline_pool
+from dynagent.simulate.fitting import DEFAULT_FITTING_POLICY, FittingPolicy, pool_sizes
 from dynagent.simulate.master import SimMaster
 from dynagent.simulate.ours import HEARTBEAT, DynagentPolicy
 from dynagent.simulate.policy import Policy
@@ -54,6 +55,8 @@ class RunOptions:
     # Spot instances reclaimed per machine-hour (exponential lifetimes, from the boot
     # seed); their tasks resume with the time they had left.
     interruption_rate: float = 0.0
+    # How the master fits a task on its agents (its scheduler's fitting_policy).
+    fitting_policy: FittingPolicy = DEFAULT_FITTING_POLICY
 
 
 @dataclass
@@ -130,10 +133,11 @@ class Simulation:
         )
         self.master = SimMaster(
             pool.name,
-            provider.slots_per_instance,
+            pool_sizes(pool),
             provider.max_instances,
             self.events,
             free_slots_matter=policy == "dynagent" and provider.warm_headroom_slots > 0,
+            fitting_policy=options.fitting_policy,
         )
         self.policy = make_policy(policy, pool, settings, self.cloud, self.master, options)
         self.series = Series()

@@ -26,14 +26,24 @@ class TraceError(ValueError):
     """A trace file that cannot be replayed; the message names the file and row."""
 
 
+# Determined's default scheduling priority (scheduler_config.go DefaultSchedulingPriority).
+DEFAULT_PRIORITY = 42
+
+
 @dataclass(frozen=True)
 class Job:
-    """One job of the trace: it arrives, asks for ``gpus`` slots, and runs ``duration`` s."""
+    """One job of the trace: it arrives, asks for ``gpus`` slots, and runs ``duration`` s.
+
+    ``priority`` is its priority in the master's priority scheduler (a lower number goes
+    first); ``single_agent`` keeps it on one agent (a command, a notebook, or an
+    experiment with ``resources.is_single_node``)."""
 
     id: str
     arrival: int
     duration: int
     gpus: int
+    priority: int = DEFAULT_PRIORITY
+    single_agent: bool = False
 
 
 @dataclass(frozen=True)
