@@ -141,3 +141,22 @@ def test_mistakes_are_reported_before_any_run(
 ) -> None:
     assert main(["simulate", str(files["trace.csv"]), *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_priorities_single_agent_tasks_and_the_fitting_policy(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files["trace.csv"].write_text(
+        "arrival_s,duration_s,gpus,priority,single_agent\n0,600,1,10,\n0,600,0,,true\n"
+        "0,600,16,,true\n"
+    )
+    args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
+    args += ["--fitting-policy", "worst", "--json", str(files["out.json"]), "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "master: Determined's priority scheduler, no preemption, worst fit" in out
+    assert "1 task(s) can never run in this pool" in out  # 16 GPUs kept on one agent
+    document = json.loads(files["out.json"].read_text())
+    assert document["fitting_policy"] == "worst"
+    assert document["columns"]["dynagent"]["never_scheduled"] == 1
+    assert document["columns"]["limit"]["gpu_hours"] == round(600 / 3600, 3)

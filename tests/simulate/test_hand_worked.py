@@ -9,8 +9,11 @@ first tick that sees it so, and reaped at the first tick strictly after that + 5
 
 from __future__ import annotations
 
+import dataclasses
+
 from dynagent.simulate.boot import BootModel
 from dynagent.simulate.run import RunOptions
+from dynagent.simulate.trace import Job, Trace
 
 from .builders import pool, replay_both, run, trace
 
@@ -114,3 +117,26 @@ def test_the_report_sets_both_beside_the_limit() -> None:
     assert ours.vs_limit == 4080 / 3600
     assert (ours.wait_p50, ours.wait_p95, ours.wait_max) == (180, 180, 180)
     assert result.column("determined").instance_hours == 4085 / 3600
+
+
+def test_a_zero_slot_task_gets_an_agent_of_its_own() -> None:
+    # Nothing runs: both launch one machine for it (Determined: ceil(1 / 100 aux) = 1).
+    jobs = trace((0, 600, 0))
+    ours, theirs = run(jobs, "dynagent"), run(jobs, "determined")
+    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (1080, [180], 1)
+    assert (theirs.billed_instance_seconds, theirs.waits, theirs.launches) == (1085, [180], 1)
+    # It runs on the agent without a slot: billed, never busy, and the agent not idle.
+    assert (ours.usage.busy, ours.usage.idle, ours.usage.free) == (0, 8 * 300, 8 * 600)
+
+
+def test_a_lower_priority_task_that_fits_waits_for_a_higher_levels_boot() -> None:
+    # a: 4 GPUs on the first machine from 180. At 1000, b (16 GPUs, priority 10) needs two
+    # more machines; c (2 GPUs, priority 50) fits beside a but starts only with b, at 1180.
+    jobs = Trace(
+        "priorities",
+        (Job("a", 0, 3600, 4), Job("b", 1000, 600, 16, priority=10), Job("c", 1000, 600, 2, 50)),
+    )
+    assert run(jobs, "dynagent").waits == [180, 180, 180]
+    # At one priority c starts at once beside a.
+    alike = Trace("alike", tuple(dataclasses.replace(job, priority=42) for job in jobs.jobs))
+    assert run(alike, "dynagent").waits == [0, 180, 180]

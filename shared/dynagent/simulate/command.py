@@ -42,7 +42,9 @@ def add_parser(commands: Any) -> None:
         "baseline on a simulated cloud, beside the physical limit.",
     )
     simulate.add_argument(
-        "trace", help="CSV: job_id,submission_time,duration,num_gpu or arrival_s,duration_s,gpus"
+        "trace",
+        help="CSV: job_id,submission_time,duration,num_gpu or "
+        "arrival_s,duration_s,gpus[,priority][,single_agent]",
     )
     simulate.add_argument("--config", help="pool YAML (default: 8-GPU p4d.24xlarge, max 1000)")
     simulate.add_argument("--pool", help="pool name (default: the only pool)")
@@ -87,6 +89,13 @@ def add_parser(commands: Any) -> None:
     )
     simulate.add_argument(
         "--heartbeat", default="30s", help="master's snapshot interval when idle (30s)", **duration
+    )
+    simulate.add_argument(
+        "--fitting-policy",
+        choices=("best", "worst"),
+        default="best",
+        help="how the master fits a task on its agents, as Determined's fitting_policy: "
+        "best (the fewest free slots left; the default) or worst (the largest share free)",
     )
     simulate.add_argument(
         "--policy",
@@ -208,6 +217,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         outages=tuple(parse_outage(text) for text in args.unavailable),
         price=args.price,
         interruption_rate=args.interruption_rate,
+        fitting_policy=args.fitting_policy,
     )
 
 

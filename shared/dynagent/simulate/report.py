@@ -77,6 +77,7 @@ def describe(replay: Replay) -> list[str]:
         + (f", warm headroom {headroom} slots" if headroom else ""),
         f"boot: running after {boot.running_after}s, agent registered after "
         f"{boot.registered_after}s{jitter}; heartbeat {options.heartbeat}s",
+        f"master: Determined's priority scheduler, no preemption, {options.fitting_policy} fit",
         "price per instance-hour: " + describe_prices(replay),
     ]
     if options.interruption_rate:
@@ -136,10 +137,10 @@ def footnotes(replay: Replay) -> list[str]:
     ]
     larger = replay.column("limit").larger_than_pool
     if larger:
-        slots = replay.pool.provider.slots_per_instance
         notes.append(
-            f"{larger:,} task(s) can never run in this pool (not a multiple of {slots} GPUs, "
-            "or more instances than max_instances): left out of the limit too."
+            f"{larger:,} task(s) can never run in this pool (larger than one machine, and "
+            "not a multiple of a machine's GPUs within max_instances, or kept on one "
+            "agent): left out of the limit too."
         )
     return notes
 
@@ -167,6 +168,7 @@ def document(replay: Replay) -> dict[str, Any]:
         },
         "boot": dataclasses.asdict(options.boot),
         "heartbeat_s": options.heartbeat,
+        "fitting_policy": options.fitting_policy,
         "interruption_rate_per_machine_hour": options.interruption_rate,
         "price_per_instance_hour": replay.prices.by_type,
         "baseline": {"instance_type": replay.prices.baseline_type, "price": replay.prices.baseline},
