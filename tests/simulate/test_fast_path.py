@@ -3,6 +3,7 @@
 Exhaustive runs deliver every snapshot (on any change of the master and every 30 s
 heartbeat), every 60 s sweep and every 5 s Determined tick; the fast path only those a
 change or a running-out timer makes count. Both must bill, launch and wait alike.
+Both run with the default boots: each machine type its own time, jittered.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import random
 
 import pytest
 
-from dynagent.simulate.boot import BootModel
+from dynagent.simulate.boot import UNIFORM, BootModel
 from dynagent.simulate.capacity import Outage
 from dynagent.simulate.run import POLICIES, PolicyRun, RunOptions
 from dynagent.simulate.trace import Trace
@@ -59,7 +60,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_the_fast_path_matches_the_exhaustive_run(case: str, policy: str) -> None:
     jobs = CASES[case]
-    fast = run(jobs, policy, pool(max_instances=8))
+    fast = run(jobs, policy, pool(max_instances=8), RunOptions())
     slow = run(jobs, policy, pool(max_instances=8), RunOptions(exhaustive=True))
     assert _facts(fast) == _facts(slow)
     assert fast.decisions < slow.decisions
@@ -96,7 +97,7 @@ def test_a_launch_frees_an_idle_agent_that_min_instances_held(policy: str) -> No
     # two more, and with them above the minimum the next snapshot may reap it.
     shape = pool(max_instances=4, min_instances=1, max_idle_agent_period="1m")
     jobs = trace((0, 600, 8), (5000, 600, 16))
-    fast = run(jobs, policy, shape)
+    fast = run(jobs, policy, shape, RunOptions())
     slow = run(jobs, policy, shape, RunOptions(exhaustive=True))
     assert _facts(fast) == _facts(slow)
     assert fast.terminations >= 1
@@ -112,7 +113,7 @@ def test_it_matches_with_several_types_warm_headroom_and_an_outage(
     # capacity memory expiring while a type is still out, then after it is back.
     shape = mixed_pool(max_instances=12, warm_headroom_slots=headroom)
     outages = (Outage("p3.2xlarge", 0, 4 * 3600), Outage("p3.8xlarge", 2 * 3600, 6 * 3600))
-    options = {"outages": outages}
+    options = {"outages": outages, "boot": UNIFORM}  # the launches the outages refuse
     jobs = random_trace(seed)
     fast = run(jobs, policy, shape, RunOptions(**options))
     slow = run(jobs, policy, shape, RunOptions(exhaustive=True, **options))
@@ -131,6 +132,6 @@ def test_it_matches_when_headroom_is_kept_on_machines_of_several_slots(headroom:
         offerings={"instance_types": ["p3.8xlarge", "p3.16xlarge"]},
     )
     jobs = random_trace(9)
-    fast = run(jobs, "dynagent", shape)
+    fast = run(jobs, "dynagent", shape, RunOptions())
     slow = run(jobs, "dynagent", shape, RunOptions(exhaustive=True))
     assert _facts(fast) == _facts(slow)

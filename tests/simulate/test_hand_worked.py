@@ -102,7 +102,7 @@ def test_a_burst_after_a_long_idle_gap() -> None:
 
 def test_slower_boots_add_to_waits_and_bills() -> None:
     jobs = trace((0, 3600, 8))
-    slow = BootModel(running_after=90, registered_after=300)
+    slow = BootModel(running_after=90, registered_after=300, jitter=0, per_gpu=0)
     ours = run(jobs, "dynagent", options=RunOptions(boot=slow))
     # Agent at 300, task 300..3900, idle until the heartbeat at 4200.
     assert (ours.billed_instance_seconds, ours.waits) == (4200, [300])

@@ -36,7 +36,13 @@ def test_the_document_is_json() -> None:
     again = json.loads(json.dumps(body))
     assert again["columns"]["dynagent"]["instance_hours"] == round(4080 / 3600, 3)
     assert again["columns"]["limit"]["vs_limit"] == 1.0
-    assert again["boot"] == {"running_after": 60, "registered_after": 180, "jitter": 0, "seed": 0}
+    assert again["boot"] == {
+        "running_after": 60,
+        "registered_after": 180,
+        "jitter": 0,
+        "seed": 0,
+        "per_gpu": 0,
+    }
 
 
 def test_plots_are_svg_or_html(tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ def describe(replay: Replay) -> list[str]:
     days = (trace.end - trace.start) / DAY
     boot = options.boot
     jitter = f" (± {boot.jitter}s, seed {boot.seed})" if boot.jitter else ""
+    per_gpu = f" + {boot.per_gpu}s per GPU past the first" if boot.per_gpu else ""
     slots = sorted({shape.slots for shape in provider.catalog().shapes()})
     gpus = "-".join(str(s) for s in (slots[0], slots[-1]) if s) if len(slots) > 1 else ""
     headroom = provider.warm_headroom_slots
@@ -76,7 +77,7 @@ def describe(replay: Replay) -> list[str]:
         f"starting {format_duration(provider.max_agent_starting_period)}"
         + (f", warm headroom {headroom} slots" if headroom else ""),
         f"boot: running after {boot.running_after}s, agent registered after "
-        f"{boot.registered_after}s{jitter}; heartbeat {options.heartbeat}s",
+        f"{boot.registered_after}s{per_gpu}{jitter}; heartbeat {options.heartbeat}s",
         f"master: Determined's priority scheduler, no preemption, {options.fitting_policy} fit",
         "price per instance-hour: " + describe_prices(replay),
     ]
