@@ -62,6 +62,7 @@ def replay_trace(path: Path) -> dict[str, Any]:
             "launches": column.launches,
             "unused_launches": column.unused_launches,
             "never_scheduled": column.never_scheduled,
+            "pending_at_max_s": column.pending_at_max_seconds,
             "decisions": column.decisions,
         }
     ours, theirs = found["dynagent"], found["determined"]

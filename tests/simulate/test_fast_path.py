@@ -33,6 +33,7 @@ def _facts(result: PolicyRun) -> tuple[object, ...]:
         result.billed_slot_seconds,
         result.launches_by_type,
         result.refusals,
+        result.pending_at_max_seconds,
     )
 
 

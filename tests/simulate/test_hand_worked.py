@@ -140,3 +140,15 @@ def test_a_lower_priority_task_that_fits_waits_for_a_higher_levels_boot() -> Non
     # At one priority c starts at once beside a.
     alike = Trace("alike", tuple(dataclasses.replace(job, priority=42) for job in jobs.jobs))
     assert run(alike, "dynagent").waits == [0, 180, 180]
+
+
+def test_the_time_demand_waits_at_the_cap() -> None:
+    # One instance at most. At 60 the second task joins the first, pending: the plan has
+    # demand waiting at max_instances until the first ends at 3780 and the second starts.
+    jobs = trace((0, 3600, 8), (60, 600, 8))
+    ours = run(jobs, "dynagent", pool(max_instances=1))
+    assert (ours.pending_at_max_seconds, ours.waits) == (3780 - 60, [180, 3720])
+    assert run(jobs, "dynagent", pool(max_instances=2)).pending_at_max_seconds == 0
+    assert run(jobs, "determined", pool(max_instances=1)).pending_at_max_seconds is None
+    result = replay_both(jobs, pool(max_instances=1))
+    assert [result.column(n).pending_at_max_seconds for n in ("dynagent", "limit")] == [3720, None]

@@ -114,6 +114,9 @@ class DeterminedPolicy:
     def interruption_warning(self, now: int, instance_id: str) -> None:
         """Determined's provisioner reads no spot notice: it sees the agent gone."""
 
+    def pending_at_max_seconds(self, until: int) -> None:
+        """Determined's provisioner makes no plan that says so."""
+
     def fleet_changed(self, now: int) -> None:
         # The next tick, never a second one in the same tick.
         tick = max(next_on_grid(now, TICK), self._last_tick + TICK)

@@ -56,6 +56,8 @@ class Summary:
     requeued: int | None = None
     restart_wait_mean: float | None = None
     restart_wait_max: int | None = None
+    # Seconds the policy's latest plan had demand waiting at max_instances.
+    pending_at_max_seconds: int | None = None
 
 
 def percentile(sorted_values: Sequence[int], percent: float) -> int | None:
@@ -111,6 +113,7 @@ def summarise(run: PolicyRun, limit_seconds: int) -> Summary:
             sum(run.restart_waits) / len(run.restart_waits) if run.restart_waits else None
         ),
         restart_wait_max=run.restart_waits[-1] if run.restart_waits else None,
+        pending_at_max_seconds=run.pending_at_max_seconds,
     )
 
 

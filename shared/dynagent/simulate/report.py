@@ -38,6 +38,7 @@ ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
     ("wait max", lambda s: format_wait(s.wait_max)),
     ("wait mean", lambda s: format_wait(None if s.wait_mean is None else round(s.wait_mean))),
     ("tasks that waited", lambda s: "-" if s.waited is None else f"{s.waited:.1%}"),
+    ("pending at the cap", lambda s: format_wait(s.pending_at_max_seconds)),
     ("launches", lambda s: _count(s.launches)),
     ("  that never ran a task", lambda s: _count(s.unused_launches)),
     ("refused for capacity", lambda s: _count(s.refusals)),

@@ -83,6 +83,9 @@ class PolicyRun:
     # any other lost agent) waited to start again, sorted.
     interruptions: int
     restart_waits: list[int]
+    # Seconds the policy's plans had demand waiting at max_instances (None: it makes
+    # no such plans).
+    pending_at_max_seconds: int | None
     start: int
     end: int
     series: Series = field(repr=False)
@@ -251,6 +254,7 @@ class Simulation:
             decisions=self.policy.decisions,
             interruptions=self.cloud.interruptions,
             restart_waits=sorted(master.restart_waits),
+            pending_at_max_seconds=self.policy.pending_at_max_seconds(self.now),
             start=self.trace.start,
             end=self.now,
             series=self.series,
