@@ -187,11 +187,11 @@ class DeterminedPolicy:
         their zero-slot tasks, each agent holding up to ``max_aux`` of them."""
         slots, max_aux = self.slots, self.master.max_aux
         total = zero_slot = 0
-        for task in self.master.queue:
-            if task.slots == 0:
-                zero_slot += 1
-            elif slots > 0 and (task.slots <= slots or task.slots % slots == 0):
-                total += task.slots
+        for asks, count in self.master.waiting_by_slots.items():
+            if asks == 0:
+                zero_slot = count
+            elif slots > 0 and (asks <= slots or asks % slots == 0):
+                total += asks * count
         by_zero_slot = -(-zero_slot // max_aux) if max_aux > 0 else 0
         by_slots = -(-total // slots) if slots > 0 else 0
         return max(by_zero_slot, by_slots)

@@ -128,6 +128,11 @@ class SimMaster:
         self.levels: tuple[Levels, Levels] = ({}, {})
         self._fresh: list[Task] = []  # arrived since the last scheduling pass
         self._freed = False  # slots or room were freed or added since the last pass
+        # (slots, single agent) of the tasks that found no fit in this pass: a pass only
+        # takes room, so a task asking the same cannot fit either.
+        self._unfit: set[tuple[int, bool]] = set()
+        # How many tasks wait, by the slots they ask: what Determined's provisioner reads.
+        self.waiting_by_slots: dict[int, int] = {}
         self.waits: list[int] = []
         self.busy_slots = 0
         self.queued_slots = 0
@@ -165,7 +170,7 @@ class SimMaster:
         )
         task = Task(job, schedulable)
         self._fresh.append(task)
-        self.queued_slots += job.gpus
+        self._count_waiting(task, 1)
         self.touched = True
         return task
 
@@ -203,7 +208,7 @@ class SimMaster:
                     task.remaining -= now - task.run_started
             task.run += 1
             task.pending = True
-            self.queued_slots += task.slots
+            self._count_waiting(task, 1)
             self.requeued += 1
         for task in reversed(lost):
             self.levels[task.zero_slot].setdefault(task.priority, []).insert(0, task)
@@ -222,6 +227,7 @@ class SimMaster:
         then, or waited behind a level that did not; unless room was freed since, they
         still do, so only the new arrivals are tried."""
         fresh, self._fresh = self._fresh, []
+        self._unfit.clear()
         if self._freed:
             for task in fresh:
                 self.levels[task.zero_slot].setdefault(task.priority, []).append(task)
@@ -267,8 +273,12 @@ class SimMaster:
         return left
 
     def _place(self, task: Task, now: int) -> bool:
-        fit = self.index.fit(task.slots, task.job.single_agent)
+        asks = (task.slots, task.job.single_agent)
+        if asks in self._unfit:
+            return False
+        fit = self.index.fit(*asks)
         if fit is None:
+            self._unfit.add(asks)
             return False
         if task.start is None:
             task.start = now
@@ -284,10 +294,19 @@ class SimMaster:
             self._use(agent, task, fit.slots_each)
         task.agents, task.slots_each = fit.agents, fit.slots_each
         self.touched = True
-        self.queued_slots -= task.slots
+        self._count_waiting(task, -1)
         self.running += 1
         self.events.schedule(now + task.remaining, Kind.JOB_END, (task, task.run))
         return True
+
+    def _count_waiting(self, task: Task, change: int) -> None:
+        slots = task.slots
+        self.queued_slots += change * slots
+        count = self.waiting_by_slots.get(slots, 0) + change
+        if count:
+            self.waiting_by_slots[slots] = count
+        else:
+            del self.waiting_by_slots[slots]
 
     def _use(self, agent: SimAgent, task: Task, slots: int) -> None:
         if agent.idle:
