@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from dynagent.fitting import FittingPolicy
 from dynagent.simulate.clock import EPOCH, Events
-from dynagent.simulate.fitting import FittingPolicy, dedicated_size, fits_pool
+from dynagent.simulate.fitting import dedicated_size, fits_pool
 from dynagent.simulate.master import SimMaster
 from dynagent.simulate.policy import Change
 from dynagent.simulate.trace import Job

@@ -25,7 +25,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from dynagent.simulate.fitting import SCORES, FittingPolicy, dedicated_size
+from dynagent.fitting import FittingPolicy
+from dynagent.simulate.fitting import SCORES, dedicated_size
 from dynagent.snapshot import Agent
 
 Bucket = dict["SimAgent", None]  # an ordered set: agents in the order they came in

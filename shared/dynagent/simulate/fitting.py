@@ -2,7 +2,9 @@
 
 Pure functions over numbers, mirrored from ``master/internal/rm/agentrm`` in
 determined-ai/determined; the simulator's master (``simulate.agents``) indexes its
-agents so that it finds the same fit without scoring every agent:
+agents so that it finds the same fit without scoring every agent. (``dynagent.fitting``
+predicts the same placement for packing, on a snapshot's agents; the policy's names
+are its.)
 
 - ``fitting.go`` ``findFits``: a *shared* fit first, the best-scored agent with enough
   free slots (and, for a zero-slot task, room for one more auxiliary container); if
@@ -20,14 +22,9 @@ master never disables one).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
 
 from dynagent.config import Pool
 
-FittingPolicy = Literal["best", "worst"]
-FITTING_POLICIES: tuple[FittingPolicy, ...] = ("best", "worst")
-# scheduler_config.go: defaultFitPolicy.
-DEFAULT_FITTING_POLICY: FittingPolicy = "best"
 # resource_pool_config.go defaultRPConfig: MaxAuxContainersPerAgent.
 MAX_AUX_CONTAINERS_PER_AGENT = 100
 

@@ -33,14 +33,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from dynagent.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
 from dynagent.simulate.agents import AgentIndex, SimAgent
 from dynagent.simulate.clock import Events, Kind
-from dynagent.simulate.fitting import (
-    DEFAULT_FITTING_POLICY,
-    MAX_AUX_CONTAINERS_PER_AGENT,
-    FittingPolicy,
-    fits_pool,
-)
+from dynagent.simulate.fitting import MAX_AUX_CONTAINERS_PER_AGENT, fits_pool
 from dynagent.simulate.policy import Change
 from dynagent.simulate.trace import Job
 from dynagent.snapshot import PendingTask, Snapshot

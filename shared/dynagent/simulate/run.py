@@ -19,12 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dynagent.config import Pool, Settings
+from dynagent.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
 from dynagent.simulate.boot import BootModel
 from dynagent.simulate.capacity import Outage
 from dynagent.simulate.clock import Events, Kind
 from dynagent.simulate.cloud import Interruptions, SimCloud
 from dynagent.simulate.determined import DeterminedPolicy, baseline_offering, baseline_pool
-from dynagent.simulate.fitting import DEFAULT_FITTING_POLICY, FittingPolicy, pool_sizes
+from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.master import SimMaster
 from dynagent.simulate.ours import HEARTBEAT, DynagentPolicy
 from dynagent.simulate.policy import Policy
