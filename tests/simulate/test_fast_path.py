@@ -15,7 +15,7 @@ import pytest
 from dynagent.simulate.boot import UNIFORM, BootModel
 from dynagent.simulate.capacity import Outage
 from dynagent.simulate.run import POLICIES, PolicyRun, RunOptions
-from dynagent.simulate.trace import Trace
+from dynagent.simulate.trace import Job, Trace
 
 from .builders import mixed_pool, pool, run, trace
 
@@ -48,12 +48,29 @@ def random_trace(seed: int, jobs: int = 120, hours: int = 10) -> Trace:
     return trace(*made)
 
 
+def random_queue(seed: int, jobs: int = 120, hours: int = 10) -> Trace:
+    """As ``random_trace``, with priority levels, zero-slot and single-agent tasks."""
+    rng = random.Random(seed)
+    made = []
+    for n, (arrival, duration, gpus) in enumerate(_jobs(random_trace(seed, jobs, hours))):
+        gpus = 0 if rng.random() < 0.15 else gpus
+        priority = rng.choice((10, 42, 42, 70))
+        made.append(Job(f"job-{n}", arrival, duration, gpus, priority, rng.random() < 0.3))
+    return Trace("hand-made", tuple(made))
+
+
+def _jobs(jobs: Trace) -> list[tuple[int, int, int]]:
+    return [(job.arrival, job.duration, job.gpus) for job in jobs.jobs]
+
+
 CASES = {
     "one job": trace((0, 3600, 8)),
     "overlap": trace((0, 1000, 8), (60, 600, 4), (75, 900, 2)),
     "burst after a gap": trace((0, 600, 1), *[(10_000, 600, 8)] * 6),
     "random 1": random_trace(1),
     "random 2": random_trace(2),
+    "priorities and zero-slot 1": random_queue(3),
+    "priorities and zero-slot 2": random_queue(4),
 }
 
 

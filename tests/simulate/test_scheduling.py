@@ -85,10 +85,11 @@ def test_a_gang_waits_for_unused_agents_and_a_size_that_divides_it() -> None:
     master = master_of(*fours(3), ("eight", 8))
     master.submit(job("one", 1))
     master.schedule(0)  # on a 4: the best fit among equals is the longest free
-    master.submit(job("ten", 10))  # no size divides 10
+    master.submit(job("ten", 10))  # no size divides 10: it can never run here
     master.submit(job("twelve", 12))  # two unused 4s and an 8: neither size holds it
     master.schedule(0)
-    assert waiting(master) == ["ten", "twelve"]
+    assert waiting(master) == ["twelve", "ten"]
+    assert [task.schedulable for task in master.queue] == [True, False]
 
 
 def test_a_single_agent_task_is_never_split_across_agents() -> None:
@@ -194,6 +195,14 @@ def test_a_lower_priority_task_waits_behind_a_higher_level_even_if_it_fits() -> 
     master.schedule(3)
     assert waiting(master) == [] and sorted(where(master, "big")) == ["b", "c"]
     assert used(master) == {"a": 5, "b": 8, "c": 8}
+
+
+def test_a_task_that_can_never_run_holds_no_level_back() -> None:
+    master = master_of(("a", 8))
+    master.submit(job("notebook", 16, priority=1, single_agent=True))
+    master.submit(job("small", 1, priority=50))
+    master.schedule(0)
+    assert waiting(master) == ["notebook"] and used(master) == {"a": 1}
 
 
 def test_tasks_of_one_level_that_fit_start_past_one_that_does_not() -> None:

@@ -19,6 +19,12 @@ the priority scheduler without preemption (``master/internal/rm/agentrm``):
 Queue order is arrival order, and a task that lost its agent goes back to the head of
 its level, as Determined's queue (ordered by job submission time) puts it.
 
+A task no fleet of the pool could ever run waits for ever, in the pending list, but
+holds no level back. Determined's admission refuses most such tasks at submission
+(``resource_pool.go``: ``ValidateResources``, a single-agent task larger than an
+instance; ``CapacityCheck``, more slots than ``max_instances`` hold); one it admits, a
+gang no machine size divides, would hold back every lower priority for ever.
+
 It is built for traces of tens of thousands of tasks on hundreds of agents: agents are
 kept in buckets by free slots, so a placement costs a scan of a few buckets; a pass
 after nothing was freed tries only the new arrivals (the tasks queued before did not
@@ -123,6 +129,8 @@ class SimMaster:
         # Queued tasks: with slots, and zero-slot, each by priority level.
         self.levels: tuple[Levels, Levels] = ({}, {})
         self._fresh: list[Task] = []  # arrived since the last scheduling pass
+        # Tasks no fleet of this pool could run: pending for ever, never tried.
+        self.never: list[Task] = []
         self._freed = False  # slots or room were freed or added since the last pass
         # (slots, single agent) of the tasks that found no fit in this pass: a pass only
         # takes room, so a task asking the same cannot fit either.
@@ -151,12 +159,16 @@ class SimMaster:
         """The tasks waiting, in the order the scheduler tries them: tasks with slots,
         then zero-slot ones, each by priority level and queue order; then arrivals no
         pass has seen yet."""
-        return [
-            task
-            for levels in self.levels
-            for priority in sorted(levels)
-            for task in levels[priority]
-        ] + self._fresh
+        return (
+            [
+                task
+                for levels in self.levels
+                for priority in sorted(levels)
+                for task in levels[priority]
+            ]
+            + self.never
+            + self._fresh
+        )
 
     # What happens to the master
 
@@ -224,14 +236,18 @@ class SimMaster:
         still do, so only the new arrivals are tried."""
         fresh, self._fresh = self._fresh, []
         self._unfit.clear()
+        left = [task for task in fresh if not task.schedulable]
+        if left:
+            self.never += left
+            fresh = [task for task in fresh if task.schedulable]
         if self._freed:
             for task in fresh:
                 self.levels[task.zero_slot].setdefault(task.priority, []).append(task)
             for levels in self.levels:
                 self._schedule_levels(levels, now)
-            left = [task for task in fresh if not task.agents]
+            left += [task for task in fresh if not task.agents]
         else:
-            left = self._schedule_arrivals(fresh, now)
+            left += self._schedule_arrivals(fresh, now)
         for task in left:
             task.pending = True
             self.changed = True  # a new pending task
@@ -286,11 +302,11 @@ class SimMaster:
             task.pending = False
             self.changed = True  # it left the pending list
         task.run_started = now
+        self._count_waiting(task, -1)
         for agent in fit.agents:
             self._use(agent, task, fit.slots_each)
         task.agents, task.slots_each = fit.agents, fit.slots_each
         self.touched = True
-        self._count_waiting(task, -1)
         self.running += 1
         self.events.schedule(now + task.remaining, Kind.JOB_END, (task, task.run))
         return True
@@ -309,8 +325,8 @@ class SimMaster:
             del self.idle_agents[agent]
             self.idle_slots -= agent.slots
             self.changed = True  # idle -> busy
-        elif slots and self.free_slots_matter:
-            self.changed = True  # free slots that headroom counts
+        elif slots and self._free_slots_matter():
+            self.changed = True
         agent.tasks.add(task)
         agent.ever_used = True
         if slots:
@@ -333,10 +349,14 @@ class SimMaster:
             if agent.idle:
                 self._set_idle(agent)
                 self.changed = True  # busy -> idle
-            elif slots and self.free_slots_matter:
-                self.changed = True  # free slots headroom counts
+            elif slots and self._free_slots_matter():
+                self.changed = True
         task.agents = ()
         self.running -= 1
+
+    def _free_slots_matter(self) -> bool:
+        """Whether a busy agent's free slots changing is a change a decision reads."""
+        return self.free_slots_matter
 
     def _set_idle(self, agent: SimAgent) -> None:
         if agent.idle:
