@@ -85,6 +85,21 @@ def test_the_fast_path_matches_the_exhaustive_run(case: str, policy: str) -> Non
 
 
 @pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize(("seed", "max_instances"), [(3, 3), (6, 4), (7, 8)])
+def test_it_matches_when_priorities_hold_tasks_back_at_the_cap(
+    policy: str, seed: int, max_instances: int
+) -> None:
+    # A task of a lower level waits, though it fits, while one of a higher level waits
+    # for a machine: then a busy agent's free slots changing changes the decision.
+    jobs = random_queue(seed)
+    fast = run(jobs, policy, pool(max_instances=max_instances), RunOptions())
+    slow = run(jobs, policy, pool(max_instances=max_instances), RunOptions(exhaustive=True))
+    assert _facts(fast) == _facts(slow)
+    if policy == "dynagent":
+        assert fast.pending_at_max_seconds
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 def test_it_matches_with_random_boot_times_and_min_instances(policy: str) -> None:
     options = {"boot": BootModel(jitter=45, seed=3)}
     jobs = random_trace(5, jobs=80)

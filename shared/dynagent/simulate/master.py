@@ -98,8 +98,10 @@ class SimMaster:
     """One resource pool's master: agents of the pool's machine ``sizes`` (slots), at
     most ``max_agents`` of them.
 
-    With ``free_slots_matter`` (a pool keeping warm headroom, which counts free slots),
-    any agent's free slots changing is a change a decision reads.
+    Any agent's free slots changing is a change a decision reads while tasks wait (the
+    decision predicts where the master will place them, and a task held back by a
+    higher priority waits though it fits), and always with ``free_slots_matter`` (a
+    pool keeping warm headroom, which counts free slots).
     """
 
     def __init__(
@@ -355,8 +357,9 @@ class SimMaster:
         self.running -= 1
 
     def _free_slots_matter(self) -> bool:
-        """Whether a busy agent's free slots changing is a change a decision reads."""
-        return self.free_slots_matter
+        """Whether a busy agent's free slots changing is a change a decision reads: for
+        warm headroom, or for the tasks waiting (besides the one being placed)."""
+        return self.free_slots_matter or bool(self.waiting_by_slots)
 
     def _set_idle(self, agent: SimAgent) -> None:
         if agent.idle:
