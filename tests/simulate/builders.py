@@ -1,7 +1,9 @@
 """Small pools and hand-made traces for the simulator's tests.
 
 The default pool: 8-GPU instances (p4d.24xlarge), 0..4 of them, idle and starting
-periods short enough that a hand-worked answer stays a few lines of arithmetic.
+periods short enough that a hand-worked answer stays a few lines of arithmetic. Runs
+boot every machine alike (``UNIFORM``: 60 s to running, 180 s to a registered agent)
+unless given options of their own: the arithmetic counts on it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from dynagent.config import Pool, Settings
+from dynagent.simulate.boot import UNIFORM
 from dynagent.simulate.replay import Replay, replay
 from dynagent.simulate.run import PolicyRun, RunOptions, simulate
 from dynagent.simulate.trace import Job, Trace
@@ -55,8 +58,10 @@ def trace(*jobs: tuple[int, int, int]) -> Trace:
 def run(
     jobs: Trace, policy: str, pool_: Pool | None = None, options: RunOptions | None = None
 ) -> PolicyRun:
-    return simulate(jobs, pool_ or pool(), SETTINGS, policy, options or RunOptions())
+    return simulate(jobs, pool_ or pool(), SETTINGS, policy, options or RunOptions(boot=UNIFORM))
 
 
 def replay_both(jobs: Trace, pool_: Pool | None = None, **options: Any) -> Replay:
-    return replay(jobs, pool_ or pool(), SETTINGS, options=RunOptions(**options))
+    return replay(
+        jobs, pool_ or pool(), SETTINGS, options=RunOptions(**{"boot": UNIFORM} | options)
+    )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from dynagent.cli import main
+from dynagent.simulate.command import add_parser, run_options
+from dynagent.simulate.run import RunOptions
 
 TRACE = "arrival_s,duration_s,gpus\n0,3600,8\n60,1800,4\n7200,600,1\n"
 POOL = """
@@ -52,9 +55,11 @@ def test_it_prints_the_table_and_writes_json_and_a_plot(
 ) -> None:
     args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
     args += ["--json", str(files["out.json"]), "--plot", str(files["out.html"])]
+    args += ["--boot-jitter", "0s", "--boot-per-gpu", "0s"]  # every boot 180 s
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "pool small: p4d.24xlarge, 8 GPUs each, 0..3 instances, idle 5m" in out
+    assert "boot: running after 60s, agent registered after 180s; heartbeat 30s" in out
     for row in ("billed GPU-hours / limit", "wait p95", "launches", "tasks never scheduled"):
         assert row in out
     document = json.loads(files["out.json"].read_text())
@@ -141,3 +146,41 @@ def test_mistakes_are_reported_before_any_run(
 ) -> None:
     assert main(["simulate", str(files["trace.csv"]), *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_priorities_single_agent_tasks_and_the_fitting_policy(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files["trace.csv"].write_text(
+        "arrival_s,duration_s,gpus,priority,single_agent\n0,600,1,10,\n0,600,0,,true\n"
+        "0,600,16,,true\n"
+    )
+    args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
+    args += ["--fitting-policy", "worst", "--json", str(files["out.json"]), "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "master: Determined's priority scheduler, no preemption, worst fit" in out
+    assert "1 task(s) can never run in this pool" in out  # 16 GPUs kept on one agent
+    document = json.loads(files["out.json"].read_text())
+    assert document["fitting_policy"] == "worst"
+    assert document["columns"]["dynagent"]["never_scheduled"] == 1
+    assert document["columns"]["limit"]["gpu_hours"] == round(600 / 3600, 3)
+
+
+def test_the_commands_defaults_are_the_simulators() -> None:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["simulate", "trace.csv"])
+    assert run_options(args) == RunOptions()
+
+
+def test_boots_differ_by_machine_and_repeat_by_seed(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
+    assert main([*args, "--seed", "3", "--json", str(files["out.json"])]) == 0
+    out = capsys.readouterr().out
+    assert "agent registered after 180s + 3s per GPU past the first (± 20s, seed 3)" in out
+    first = json.loads(files["out.json"].read_text())["columns"]
+    assert main([*args, "--seed", "3", "--json", str(files["out.json"])]) == 0
+    assert json.loads(files["out.json"].read_text())["columns"] == first

@@ -3,6 +3,7 @@
 Exhaustive runs deliver every snapshot (on any change of the master and every 30 s
 heartbeat), every 60 s sweep and every 5 s Determined tick; the fast path only those a
 change or a running-out timer makes count. Both must bill, launch and wait alike.
+Both run with the default boots: each machine type its own time, jittered.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import random
 
 import pytest
 
-from dynagent.simulate.boot import BootModel
+from dynagent.simulate.boot import UNIFORM, BootModel
 from dynagent.simulate.capacity import Outage
 from dynagent.simulate.run import POLICIES, PolicyRun, RunOptions
-from dynagent.simulate.trace import Trace
+from dynagent.simulate.trace import Job, Trace
 
 from .builders import mixed_pool, pool, run, trace
 
@@ -32,6 +33,7 @@ def _facts(result: PolicyRun) -> tuple[object, ...]:
         result.billed_slot_seconds,
         result.launches_by_type,
         result.refusals,
+        result.pending_at_max_seconds,
     )
 
 
@@ -46,12 +48,29 @@ def random_trace(seed: int, jobs: int = 120, hours: int = 10) -> Trace:
     return trace(*made)
 
 
+def random_queue(seed: int, jobs: int = 120, hours: int = 10) -> Trace:
+    """As ``random_trace``, with priority levels, zero-slot and single-agent tasks."""
+    rng = random.Random(seed)
+    made = []
+    for n, (arrival, duration, gpus) in enumerate(_jobs(random_trace(seed, jobs, hours))):
+        gpus = 0 if rng.random() < 0.15 else gpus
+        priority = rng.choice((10, 42, 42, 70))
+        made.append(Job(f"job-{n}", arrival, duration, gpus, priority, rng.random() < 0.3))
+    return Trace("hand-made", tuple(made))
+
+
+def _jobs(jobs: Trace) -> list[tuple[int, int, int]]:
+    return [(job.arrival, job.duration, job.gpus) for job in jobs.jobs]
+
+
 CASES = {
     "one job": trace((0, 3600, 8)),
     "overlap": trace((0, 1000, 8), (60, 600, 4), (75, 900, 2)),
     "burst after a gap": trace((0, 600, 1), *[(10_000, 600, 8)] * 6),
     "random 1": random_trace(1),
     "random 2": random_trace(2),
+    "priorities and zero-slot 1": random_queue(3),
+    "priorities and zero-slot 2": random_queue(4),
 }
 
 
@@ -59,10 +78,25 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_the_fast_path_matches_the_exhaustive_run(case: str, policy: str) -> None:
     jobs = CASES[case]
-    fast = run(jobs, policy, pool(max_instances=8))
+    fast = run(jobs, policy, pool(max_instances=8), RunOptions())
     slow = run(jobs, policy, pool(max_instances=8), RunOptions(exhaustive=True))
     assert _facts(fast) == _facts(slow)
     assert fast.decisions < slow.decisions
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize(("seed", "max_instances"), [(3, 3), (6, 4), (7, 8)])
+def test_it_matches_when_priorities_hold_tasks_back_at_the_cap(
+    policy: str, seed: int, max_instances: int
+) -> None:
+    # A task of a lower level waits, though it fits, while one of a higher level waits
+    # for a machine: then a busy agent's free slots changing changes the decision.
+    jobs = random_queue(seed)
+    fast = run(jobs, policy, pool(max_instances=max_instances), RunOptions())
+    slow = run(jobs, policy, pool(max_instances=max_instances), RunOptions(exhaustive=True))
+    assert _facts(fast) == _facts(slow)
+    if policy == "dynagent":
+        assert fast.pending_at_max_seconds
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -96,7 +130,7 @@ def test_a_launch_frees_an_idle_agent_that_min_instances_held(policy: str) -> No
     # two more, and with them above the minimum the next snapshot may reap it.
     shape = pool(max_instances=4, min_instances=1, max_idle_agent_period="1m")
     jobs = trace((0, 600, 8), (5000, 600, 16))
-    fast = run(jobs, policy, shape)
+    fast = run(jobs, policy, shape, RunOptions())
     slow = run(jobs, policy, shape, RunOptions(exhaustive=True))
     assert _facts(fast) == _facts(slow)
     assert fast.terminations >= 1
@@ -112,7 +146,7 @@ def test_it_matches_with_several_types_warm_headroom_and_an_outage(
     # capacity memory expiring while a type is still out, then after it is back.
     shape = mixed_pool(max_instances=12, warm_headroom_slots=headroom)
     outages = (Outage("p3.2xlarge", 0, 4 * 3600), Outage("p3.8xlarge", 2 * 3600, 6 * 3600))
-    options = {"outages": outages}
+    options = {"outages": outages, "boot": UNIFORM}  # the launches the outages refuse
     jobs = random_trace(seed)
     fast = run(jobs, policy, shape, RunOptions(**options))
     slow = run(jobs, policy, shape, RunOptions(exhaustive=True, **options))
@@ -131,6 +165,6 @@ def test_it_matches_when_headroom_is_kept_on_machines_of_several_slots(headroom:
         offerings={"instance_types": ["p3.8xlarge", "p3.16xlarge"]},
     )
     jobs = random_trace(9)
-    fast = run(jobs, "dynagent", shape)
+    fast = run(jobs, "dynagent", shape, RunOptions())
     slow = run(jobs, "dynagent", shape, RunOptions(exhaustive=True))
     assert _facts(fast) == _facts(slow)

@@ -9,8 +9,11 @@ first tick that sees it so, and reaped at the first tick strictly after that + 5
 
 from __future__ import annotations
 
+import dataclasses
+
 from dynagent.simulate.boot import BootModel
 from dynagent.simulate.run import RunOptions
+from dynagent.simulate.trace import Job, Trace
 
 from .builders import pool, replay_both, run, trace
 
@@ -99,7 +102,7 @@ def test_a_burst_after_a_long_idle_gap() -> None:
 
 def test_slower_boots_add_to_waits_and_bills() -> None:
     jobs = trace((0, 3600, 8))
-    slow = BootModel(running_after=90, registered_after=300)
+    slow = BootModel(running_after=90, registered_after=300, jitter=0, per_gpu=0)
     ours = run(jobs, "dynagent", options=RunOptions(boot=slow))
     # Agent at 300, task 300..3900, idle until the heartbeat at 4200.
     assert (ours.billed_instance_seconds, ours.waits) == (4200, [300])
@@ -114,3 +117,38 @@ def test_the_report_sets_both_beside_the_limit() -> None:
     assert ours.vs_limit == 4080 / 3600
     assert (ours.wait_p50, ours.wait_p95, ours.wait_max) == (180, 180, 180)
     assert result.column("determined").instance_hours == 4085 / 3600
+
+
+def test_a_zero_slot_task_gets_an_agent_of_its_own() -> None:
+    # Nothing runs: both launch one machine for it (Determined: ceil(1 / 100 aux) = 1).
+    jobs = trace((0, 600, 0))
+    ours, theirs = run(jobs, "dynagent"), run(jobs, "determined")
+    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (1080, [180], 1)
+    assert (theirs.billed_instance_seconds, theirs.waits, theirs.launches) == (1085, [180], 1)
+    # It runs on the agent without a slot: billed, never busy, and the agent not idle.
+    assert (ours.usage.busy, ours.usage.idle, ours.usage.free) == (0, 8 * 300, 8 * 600)
+
+
+def test_a_lower_priority_task_that_fits_waits_for_a_higher_levels_boot() -> None:
+    # a: 4 GPUs on the first machine from 180. At 1000, b (16 GPUs, priority 10) needs two
+    # more machines; c (2 GPUs, priority 50) fits beside a but starts only with b, at 1180.
+    jobs = Trace(
+        "priorities",
+        (Job("a", 0, 3600, 4), Job("b", 1000, 600, 16, priority=10), Job("c", 1000, 600, 2, 50)),
+    )
+    assert run(jobs, "dynagent").waits == [180, 180, 180]
+    # At one priority c starts at once beside a.
+    alike = Trace("alike", tuple(dataclasses.replace(job, priority=42) for job in jobs.jobs))
+    assert run(alike, "dynagent").waits == [0, 180, 180]
+
+
+def test_the_time_demand_waits_at_the_cap() -> None:
+    # One instance at most. At 60 the second task joins the first, pending: the plan has
+    # demand waiting at max_instances until the first ends at 3780 and the second starts.
+    jobs = trace((0, 3600, 8), (60, 600, 8))
+    ours = run(jobs, "dynagent", pool(max_instances=1))
+    assert (ours.pending_at_max_seconds, ours.waits) == (3780 - 60, [180, 3720])
+    assert run(jobs, "dynagent", pool(max_instances=2)).pending_at_max_seconds == 0
+    assert run(jobs, "determined", pool(max_instances=1)).pending_at_max_seconds is None
+    result = replay_both(jobs, pool(max_instances=1))
+    assert [result.column(n).pending_at_max_seconds for n in ("dynagent", "limit")] == [3720, None]

@@ -9,6 +9,7 @@ once the agent is gone, so its tasks wait a whole boot (plus up to its 5 s tick)
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from dynagent.cli import main
 from dynagent.config import ConfigError
-from dynagent.simulate.boot import BootModel
+from dynagent.simulate.boot import UNIFORM, BootModel
 from dynagent.simulate.report import document, table
 from dynagent.simulate.run import POLICIES, PolicyRun, RunOptions
 
@@ -34,7 +35,7 @@ LONG_JOB = trace((0, 10 * 3600, 8))
 
 
 def interrupted(policy: str, rate: float = 0.5, seed: int = 0, **options: Any) -> PolicyRun:
-    boot = BootModel(seed=seed)
+    boot = dataclasses.replace(UNIFORM, seed=seed)
     return run(LONG_JOB, policy, SPOT, RunOptions(interruption_rate=rate, boot=boot, **options))
 
 

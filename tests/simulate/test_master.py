@@ -10,7 +10,7 @@ from dynagent.simulate.trace import Job
 
 def master_with(*agents: str, slots: int = 8, max_agents: int = 4) -> tuple[SimMaster, Events]:
     events = Events()
-    master = SimMaster("gpu", slots, max_agents, events)
+    master = SimMaster("gpu", (slots,), max_agents, events)
     for agent_id in agents:
         master.connect(agent_id)
     master.schedule(0)

@@ -29,6 +29,8 @@ def test_the_table_reads_row_by_row() -> None:
         "0s",
     ]
     assert "tasks never scheduled" in text
+    at_cap = next(line for line in lines if line.startswith("pending at the cap")).split()
+    assert at_cap[4:] == ["0s", "-", "-"]
 
 
 def test_the_document_is_json() -> None:
@@ -36,7 +38,16 @@ def test_the_document_is_json() -> None:
     again = json.loads(json.dumps(body))
     assert again["columns"]["dynagent"]["instance_hours"] == round(4080 / 3600, 3)
     assert again["columns"]["limit"]["vs_limit"] == 1.0
-    assert again["boot"] == {"running_after": 60, "registered_after": 180, "jitter": 0, "seed": 0}
+    assert again["columns"]["dynagent"]["pending_at_max_seconds"] == 0
+    assert again["columns"]["determined"]["pending_at_max_seconds"] is None
+    assert again["fitting_policy"] == "best"
+    assert again["boot"] == {
+        "running_after": 60,
+        "registered_after": 180,
+        "jitter": 0,
+        "seed": 0,
+        "per_gpu": 0,
+    }
 
 
 def test_plots_are_svg_or_html(tmp_path: Path) -> None:

@@ -33,13 +33,30 @@ def test_the_plain_form_names_its_jobs(tmp_path: Path) -> None:
     assert trace.jobs == (Job("job-1", 0, 60, 2), Job("job-2", 5, 30, 1))
 
 
+def test_the_plain_form_may_give_priority_and_single_agent(tmp_path: Path) -> None:
+    text = "arrival_s,duration_s,gpus,priority,single_agent\n0,60,8,10,true\n1,60,0,,\n"
+    trace = load_trace(write(tmp_path, text))
+    assert trace.jobs == (
+        Job("job-1", 0, 60, 8, priority=10, single_agent=True),
+        Job("job-2", 1, 60, 0, priority=42, single_agent=False),  # Determined's defaults
+    )
+    # Either column alone, in any order.
+    only = load_trace(write(tmp_path, "single_agent,arrival_s,duration_s,gpus\nyes,0,60,1\n"))
+    assert only.jobs == (Job("job-1", 0, 60, 1, single_agent=True),)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("a,b,c\n1,2,3\n", "unknown columns"),
         ("arrival_s,duration_s,gpus\n", "no jobs"),
         ("arrival_s,duration_s,gpus\n0,soon,1\n", "line 2"),
-        ("arrival_s,duration_s,gpus\n0,60,0\n", "at least one GPU"),
+        ("arrival_s,duration_s,gpus\n0,60,-1\n", "negative number of GPUs"),
+        ("arrival_s,duration_s,gpus,priority\n0,60,1,0\n", "not within 1..99"),
+        ("arrival_s,duration_s,gpus,priority\n0,60,1,100\n", "not within 1..99"),
+        ("arrival_s,duration_s,gpus,single_agent\n0,60,1,maybe\n", "true or false"),
+        ("arrival_s,duration_s,gpus,colour\n0,60,1,red\n", "unknown columns"),
+        ("job_id,submission_time,duration,num_gpu,priority\na,0,60,1,5\n", "unknown columns"),
         ("arrival_s,duration_s,gpus\n-5,60,1\n", "negative"),
     ],
 )

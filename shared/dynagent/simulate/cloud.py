@@ -228,7 +228,7 @@ class SimCloud:
         started = []
         for _ in range(count):
             self.launches += 1
-            running_after, registered_after = self.boot.draw()
+            running_after, registered_after = self.boot.draw(offering.slots)
             instance = SimInstance(f"i-{self.launches:08x}", offering, now, now + registered_after)
             self.live[instance.id] = instance
             self.live_slots += instance.slots

@@ -42,7 +42,9 @@ def add_parser(commands: Any) -> None:
         "baseline on a simulated cloud, beside the physical limit.",
     )
     simulate.add_argument(
-        "trace", help="CSV: job_id,submission_time,duration,num_gpu or arrival_s,duration_s,gpus"
+        "trace",
+        help="CSV: job_id,submission_time,duration,num_gpu or "
+        "arrival_s,duration_s,gpus[,priority][,single_agent]",
     )
     simulate.add_argument("--config", help="pool YAML (default: 8-GPU p4d.24xlarge, max 1000)")
     simulate.add_argument("--pool", help="pool name (default: the only pool)")
@@ -69,10 +71,23 @@ def add_parser(commands: Any) -> None:
         "--running-after", default="60s", help="an instance shows running (60s)", **duration
     )
     simulate.add_argument(
-        "--registered-after", default="180s", help="its agent registers (180s)", **duration
+        "--registered-after",
+        default="180s",
+        help="its agent registers, on a 1-GPU machine (180s)",
+        **duration,
     )
     simulate.add_argument(
-        "--boot-jitter", default="0s", help="each boot time varies by up to this (0s)", **duration
+        "--boot-per-gpu",
+        default="3s",
+        help="each GPU past the first adds this to the registration (3s)",
+        **duration,
+    )
+    simulate.add_argument(
+        "--boot-jitter",
+        default="20s",
+        help="each boot time varies by up to this, seeded (20s; 0s and --boot-per-gpu 0s: "
+        "every boot alike)",
+        **duration,
     )
     simulate.add_argument(
         "--seed", type=int, default=0, help="seed of the boot jitter and interruptions (0)"
@@ -87,6 +102,13 @@ def add_parser(commands: Any) -> None:
     )
     simulate.add_argument(
         "--heartbeat", default="30s", help="master's snapshot interval when idle (30s)", **duration
+    )
+    simulate.add_argument(
+        "--fitting-policy",
+        choices=("best", "worst"),
+        default="best",
+        help="how the master fits a task on its agents, as Determined's fitting_policy: "
+        "best (the fewest free slots left; the default) or worst (the largest share free)",
     )
     simulate.add_argument(
         "--policy",
@@ -119,7 +141,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     trace = load_trace(args.trace)
     common = {
         "policies": tuple(args.policy or POLICIES),
-        "options": _options(args),
+        "options": run_options(args),
         "progress": _progress(args),
     }
     if args.sweep:
@@ -187,7 +209,7 @@ def _pool(config: Config, name: str | None) -> Pool:
     return config.pool(name or next(iter(config.pools)))
 
 
-def _options(args: argparse.Namespace) -> RunOptions:
+def run_options(args: argparse.Namespace) -> RunOptions:
     from dynagent.simulate.boot import BootModel
     from dynagent.simulate.capacity import parse_outage
     from dynagent.simulate.run import RunOptions
@@ -197,6 +219,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         registered_after=_seconds(args.registered_after),
         jitter=_seconds(args.boot_jitter),
         seed=args.seed,
+        per_gpu=_seconds(args.boot_per_gpu),
     )
     heartbeat = _seconds(args.heartbeat)
     if heartbeat <= 0:
@@ -208,6 +231,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         outages=tuple(parse_outage(text) for text in args.unavailable),
         price=args.price,
         interruption_rate=args.interruption_rate,
+        fitting_policy=args.fitting_policy,
     )
 
 

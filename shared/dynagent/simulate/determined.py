@@ -3,16 +3,19 @@
 Every 5 s (its ``actionCooldown``) it lists the pool's instances and decides as
 Determined's ``ScaleDecider`` does:
 
-- An instance whose agent is connected and idle is idle since the first tick that saw
+- An instance whose agent is connected and runs nothing (zero-slot tasks count, as in
+  ``agent_state.go`` ``idle``) is idle since the first tick that saw
   it so; idle longer than ``max_idle_agent_period`` it is terminated, not below
   ``min_instances``.
 - An instance with no agent, launched less than ``max_agent_starting_period`` ago, is
   recently launched; one older is disconnected since the tick that first saw it so,
   and terminated after ``max_disconnected_period``.
 - Demand is ``ceil(sum of the pending tasks' slots / slots per instance)``, counting
-  only tasks that fit one instance or are a multiple of it (the others are ignored);
-  it launches ``clamp(min - n, demand - recently launched, max - n)`` instances, where
-  ``n`` counts the instances listed at the start of the tick, as Determined does.
+  only tasks that fit one instance or are a multiple of it (the others are ignored),
+  or ``ceil(zero-slot tasks / max_aux_containers_per_agent)`` if that is more
+  (``scaling.go`` ``calculateDesiredNewAgentNum``); it launches
+  ``clamp(min - n, demand - recently launched, max - n)`` instances, where ``n``
+  counts the instances listed at the start of the tick, as Determined does.
 
 Determined's provisioner launches one instance type, so with a pool that lists
 ``offerings`` the baseline runs on the pool without them: its ``instance_type``, at the
@@ -111,6 +114,9 @@ class DeterminedPolicy:
     def interruption_warning(self, now: int, instance_id: str) -> None:
         """Determined's provisioner reads no spot notice: it sees the agent gone."""
 
+    def pending_at_max_seconds(self, until: int) -> None:
+        """Determined's provisioner makes no plan that says so."""
+
     def fleet_changed(self, now: int) -> None:
         # The next tick, never a second one in the same tick.
         tick = max(next_on_grid(now, TICK), self._last_tick + TICK)
@@ -153,7 +159,7 @@ class DeterminedPolicy:
         for instance in instances:
             agent = agents.get(instance.id)
             if agent is not None:
-                if agent.used == 0:
+                if agent.idle:
                     since = idle[instance.id] = self._idle.get(instance.id, now)
                     if now > since + self.max_idle:
                         long_idle.append((since, instance.id))
@@ -177,11 +183,18 @@ class DeterminedPolicy:
             terminate.setdefault(instance_id, "over max_instances")
 
     def _desired_new_instances(self) -> int:
-        slots = self.slots
-        if slots <= 0:
-            return 0
-        total = sum(t.slots for t in self.master.queue if t.slots <= slots or t.slots % slots == 0)
-        return -(-total // slots)
+        """``calculateDesiredNewAgentNum``: for the slots the pending tasks ask, and for
+        their zero-slot tasks, each agent holding up to ``max_aux`` of them."""
+        slots, max_aux = self.slots, self.master.max_aux
+        total = zero_slot = 0
+        for asks, count in self.master.waiting_by_slots.items():
+            if asks == 0:
+                zero_slot = count
+            elif slots > 0 and (asks <= slots or asks % slots == 0):
+                total += asks * count
+        by_zero_slot = -(-zero_slot // max_aux) if max_aux > 0 else 0
+        by_slots = -(-total // slots) if slots > 0 else 0
+        return max(by_zero_slot, by_slots)
 
     def _next_timer(self, now: int) -> int | None:
         """The first tick after ``now`` at which a period runs out, unless exhaustive."""

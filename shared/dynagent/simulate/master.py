@@ -1,38 +1,56 @@
-"""A cluster master, modelled for the simulator: a queue, agents, gang scheduling, snapshots.
+"""A cluster master, modelled for the simulator: a queue, agents, scheduling, snapshots.
 
-It behaves as a Determined master does with its default scheduler as far as an
-autoscaler can tell: tasks wait in arrival order; whatever fits is placed, so a small
-task may pass a large one that does not fit yet; a task that fits on one agent goes to
-the agent with the fewest free slots that can hold it (Determined's ``best`` fitting
-policy, which leaves other agents idle for the autoscaler to reap); a task larger than
-one agent takes whole idle agents of the largest size, all at once or not at all.
+It places work as Determined's agent resource manager does with its default scheduler,
+the priority scheduler without preemption (``master/internal/rm/agentrm``):
 
-Agents may be of several sizes (a pool with offerings of several machine types): each
-registers with its instance's slots, and best fit looks across all of them.
+- Each pass places tasks by ``priority.go`` ``prioritySchedule``: zero-slot tasks and
+  the others are scheduled independently; each by priority level, the lowest number
+  first, and within a level in queue order, every task that fits is placed. Once a
+  task of a level does not fit, lower levels are only "backfilling", and with
+  preemption off (Determined's default, ``scheduler_config.go``) none of them starts.
+- Where a task goes is ``fitting.go`` ``findFits`` (``simulate.fitting``,
+  ``simulate.agents``): one agent by the fitting policy (best: the fewest free slots
+  left; worst: the largest share free), else whole unused agents of one size.
+- A pass runs at each second where something happened, after all of that second's
+  events (Determined's ``resource_pool.go`` ``schedulerTick`` runs every 500 ms when
+  anything changed). A newly registered agent goes to the first queued task that fits
+  it, not to the task it was launched for.
+
+Queue order is arrival order, and a task that lost its agent goes back to the head of
+its level, as Determined's queue (ordered by job submission time) puts it.
+
+A task no fleet of the pool could ever run waits for ever, in the pending list, but
+holds no level back. Determined's admission refuses most such tasks at submission
+(``resource_pool.go``: ``ValidateResources``, a single-agent task larger than an
+instance; ``CapacityCheck``, more slots than ``max_instances`` hold); one it admits, a
+gang no machine size divides, would hold back every lower priority for ever.
 
 It is built for traces of tens of thousands of tasks on hundreds of agents: agents are
-kept in buckets by free slots, so a placement costs a scan of at most ``slots`` buckets
-(the largest agent's), and the wire objects of a snapshot are made once per change,
-not per snapshot.
+kept in buckets by free slots, so a placement costs a scan of a few buckets; a pass
+after nothing was freed tries only the new arrivals (the tasks queued before did not
+fit, and nothing since made room); and the wire objects of a snapshot are made once per
+change, not per snapshot.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from dynagent.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
+from dynagent.simulate.agents import AgentIndex, SimAgent
 from dynagent.simulate.clock import Events, Kind
+from dynagent.simulate.fitting import MAX_AUX_CONTAINERS_PER_AGENT, fits_pool
 from dynagent.simulate.policy import Change
 from dynagent.simulate.trace import Job
-from dynagent.snapshot import Agent, PendingTask, Snapshot
+from dynagent.snapshot import PendingTask, Snapshot
 
+__all__ = ["SimAgent", "SimMaster", "Task"]
 
-def fits_pool(gpus: int, slots: int, max_instances: int) -> bool:
-    """Whether some fleet of this pool could run a task: on one instance, or on whole
-    instances (an exact multiple, and no more than max_instances), as decide judges it."""
-    if gpus <= slots:
-        return slots > 0
-    return gpus % slots == 0 and gpus // slots <= max_instances
+# Pending tasks of one scheduling class (with slots, or zero-slot), by priority level.
+Levels = dict[int, list["Task"]]
 
 
 @dataclass(eq=False)
@@ -44,74 +62,83 @@ class Task:
     schedulable: bool
     start: int | None = None  # when it first started
     agents: tuple[SimAgent, ...] = ()
+    # The slots it takes on each of its agents (all of a gang's agents alike).
+    slots_each: int = 0
     # Bumped when the task is started again after losing its agent: older ends are stale.
     run: int = 0
     # When its current run started, and when it was requeued (None: not waiting again).
     run_started: int = 0
     requeued_at: int | None = None
+    # Left queued by a pass: in the pending list a snapshot publishes.
+    pending: bool = False
     # Seconds of work left: all of it, less what runs resumed from a checkpoint kept.
     remaining: int = field(init=False)
     wire: PendingTask = field(init=False)
 
     def __post_init__(self) -> None:
-        self.remaining = self.job.duration
+        job = self.job
+        self.remaining = job.duration
         # Trusted data: the trace reader checked the numbers, so no validation per task.
-        self.wire = PendingTask(task=self.job.id, slots=self.job.gpus)
+        self.wire = PendingTask(job.id, job.gpus, job.priority, job.single_agent)
 
     @property
     def slots(self) -> int:
         return self.job.gpus
 
-
-@dataclass(eq=False)
-class SimAgent:
-    id: str
-    slots: int
-    used: int = 0
-    tasks: set[Task] = field(default_factory=set)
-    ever_used: bool = False
-    _wire: Agent | None = None
+    @property
+    def priority(self) -> int:
+        return self.job.priority
 
     @property
-    def free(self) -> int:
-        return self.slots - self.used
-
-    def wire(self) -> Agent:
-        if self._wire is None or self._wire.used_slots != self.used:
-            self._wire = Agent(id=self.id, slots=self.slots, used_slots=self.used)
-        return self._wire
+    def zero_slot(self) -> bool:
+        return self.job.gpus == 0
 
 
 class SimMaster:
-    """One resource pool's master: agents of at most ``slots`` slots each (the largest
-    machine's), at most ``max_agents`` of them.
+    """One resource pool's master: agents of the pool's machine ``sizes`` (slots), at
+    most ``max_agents`` of them.
 
-    With ``free_slots_matter`` (a pool keeping warm headroom, which counts free slots),
-    any agent's free slots changing is a change a decision reads.
+    Any agent's free slots changing is a change a decision reads while tasks wait (the
+    decision predicts where the master will place them, and a task held back by a
+    higher priority waits though it fits), and always with ``free_slots_matter`` (a
+    pool keeping warm headroom, which counts free slots).
     """
 
     def __init__(
         self,
         pool: str,
-        slots: int,
+        sizes: Iterable[int],
         max_agents: int,
         events: Events,
         free_slots_matter: bool = False,
+        fitting_policy: FittingPolicy = DEFAULT_FITTING_POLICY,
+        max_aux: int = MAX_AUX_CONTAINERS_PER_AGENT,
     ) -> None:
         self.pool = pool
-        self.slots = slots
+        self.sizes = tuple(sorted(set(sizes)))
+        self.slots = max(self.sizes, default=0)  # the largest machine's
         self.max_agents = max_agents
         self.events = events
         self.free_slots_matter = free_slots_matter
+        self.fitting_policy = fitting_policy
+        self.max_aux = max_aux
         self.agents: dict[str, SimAgent] = {}
-        # by_free[f]: agents with f free slots, in the order they got there (a dict keeps it).
-        # by_free[slots] holds only idle agents of the largest size: what gangs take.
-        self.by_free: list[dict[SimAgent, None]] = [{} for _ in range(slots + 1)]
-        # Idle agents of every size, and the slots of connected and of idle agents.
+        self.index = AgentIndex(fitting_policy, max_aux)
+        # Agents running nothing, and the slots of connected and of idle agents.
         self.idle_agents: dict[SimAgent, None] = {}
         self.connected_slots = 0
         self.idle_slots = 0
-        self.queue: list[Task] = []
+        # Queued tasks: with slots, and zero-slot, each by priority level.
+        self.levels: tuple[Levels, Levels] = ({}, {})
+        self._fresh: list[Task] = []  # arrived since the last scheduling pass
+        # Tasks no fleet of this pool could run: pending for ever, never tried.
+        self.never: list[Task] = []
+        self._freed = False  # slots or room were freed or added since the last pass
+        # (slots, single agent) of the tasks that found no fit in this pass: a pass only
+        # takes room, so a task asking the same cannot fit either.
+        self._unfit: set[tuple[int, bool]] = set()
+        # How many tasks wait, by the slots they ask: what Determined's provisioner reads.
+        self.waiting_by_slots: dict[int, int] = {}
         self.waits: list[int] = []
         self.busy_slots = 0
         self.queued_slots = 0
@@ -128,45 +155,61 @@ class SimMaster:
         self.connections = 0
         # Agents that left having never run a task: launches the demand did not need.
         self.never_used = 0
-        self._fresh = 0  # queue[_fresh:] arrived since the last scheduling pass
-        self._freed = False  # slots were freed or added since the last pass
+
+    @property
+    def queue(self) -> list[Task]:
+        """The tasks waiting, in the order the scheduler tries them: tasks with slots,
+        then zero-slot ones, each by priority level and queue order; then arrivals no
+        pass has seen yet."""
+        return (
+            [
+                task
+                for levels in self.levels
+                for priority in sorted(levels)
+                for task in levels[priority]
+            ]
+            + self.never
+            + self._fresh
+        )
 
     # What happens to the master
 
     def submit(self, job: Job) -> Task:
-        task = Task(job, fits_pool(job.gpus, self.slots, self.max_agents))
-        self.queue.append(task)
-        self.queued_slots += job.gpus
+        schedulable = fits_pool(
+            job.gpus, self.sizes, self.max_agents, job.single_agent, self.max_aux
+        )
+        task = Task(job, schedulable)
+        self._fresh.append(task)
+        self._count_waiting(task, 1)
         self.touched = True
         return task
 
     def connect(self, agent_id: str, slots: int | None = None) -> None:
         """An agent registers with its instance's slots (default: the largest size)."""
         agent = SimAgent(agent_id, self.slots if slots is None else slots)
-        if agent.slots > self.slots:
-            raise ValueError(f"agent {agent_id} has {agent.slots} slots, over {self.slots}")
         self.agents[agent_id] = agent
         self.connections += 1
-        self.by_free[agent.free][agent] = None
+        self.index.add(agent)
         self.connected_slots += agent.slots
         self._set_idle(agent)
         self.changed = self.touched = self._freed = True
 
     def disconnect(self, agent_id: str, now: int | None = None, resume: bool = False) -> None:
-        """An agent went away: its tasks go back to the head of the queue, as Determined
-        requeues them, and start over, or with ``resume`` go on with the time they had
-        left (a trial restarts from its checkpoint: here, as if it checkpointed at the
-        moment it was cut). Their wait to restart is counted from ``now``."""
+        """An agent went away: its tasks go back to the head of their level of the queue,
+        as Determined requeues them, and start over, or with ``resume`` go on with the
+        time they had left (a trial restarts from its checkpoint: here, as if it
+        checkpointed at the moment it was cut). Their wait to restart is counted from
+        ``now``."""
         agent = self.agents.pop(agent_id, None)
         if agent is None:
             return
-        del self.by_free[agent.free][agent]
+        self.index.remove(agent)
         self.connected_slots -= agent.slots
-        if agent.used == 0:
+        if agent.idle:
             del self.idle_agents[agent]
             self.idle_slots -= agent.slots
         self.never_used += not agent.ever_used
-        lost = sorted(agent.tasks, key=lambda t: t.job.arrival)
+        lost: list[Task] = sorted(agent.tasks, key=lambda t: t.job.arrival)
         for task in lost:
             self._release(task, excluding=agent)
             if now is not None:
@@ -174,10 +217,11 @@ class SimMaster:
                 if resume:
                     task.remaining -= now - task.run_started
             task.run += 1
-            self.queued_slots += task.slots
+            task.pending = True
+            self._count_waiting(task, 1)
             self.requeued += 1
-        self.queue[:0] = lost
-        self._fresh += len(lost)  # they were queued before: not new arrivals
+        for task in reversed(lost):
+            self.levels[task.zero_slot].setdefault(task.priority, []).insert(0, task)
         self.changed = self.touched = self._freed = True
 
     def finish(self, task: Task, run: int) -> None:
@@ -189,26 +233,66 @@ class SimMaster:
     # Scheduling
 
     def schedule(self, now: int) -> None:
-        """Place what fits, in arrival order. Tasks queued before the last pass did not fit
-        then, so unless slots were freed since, only the new arrivals are tried."""
-        start = 0 if self._freed else self._fresh
-        if start < len(self.queue):
-            kept = self.queue[:start]
-            for index in range(start, len(self.queue)):
-                task = self.queue[index]
-                placed = self._place(task, now)
-                if not placed:
-                    kept.append(task)
-                # The pending list changed if a queued task left it or a new one joined it.
-                if placed != (index >= self._fresh):
-                    self.changed = True
-            self.queue = kept
-        self._fresh = len(self.queue)
+        """One pass of ``prioritySchedule``. Tasks queued before the last pass did not fit
+        then, or waited behind a level that did not; unless room was freed since, they
+        still do, so only the new arrivals are tried."""
+        fresh, self._fresh = self._fresh, []
+        self._unfit.clear()
+        left = [task for task in fresh if not task.schedulable]
+        if left:
+            self.never += left
+            fresh = [task for task in fresh if task.schedulable]
+        if self._freed:
+            for task in fresh:
+                self.levels[task.zero_slot].setdefault(task.priority, []).append(task)
+            for levels in self.levels:
+                self._schedule_levels(levels, now)
+            left += [task for task in fresh if not task.agents]
+        else:
+            left += self._schedule_arrivals(fresh, now)
+        for task in left:
+            task.pending = True
+            self.changed = True  # a new pending task
         self._freed = False
 
+    def _schedule_levels(self, levels: Levels, now: int) -> None:
+        """Every level in order, until one leaves a task waiting: with preemption off,
+        the levels below it are backfilling and start nothing
+        (``prioritySchedulerWithFilter``)."""
+        for priority in sorted(levels):
+            waiting = []
+            for task in levels[priority]:
+                if not self._place(task, now):
+                    waiting.append(task)
+            if waiting:
+                levels[priority] = waiting
+                return
+            del levels[priority]
+
+    def _schedule_arrivals(self, fresh: list[Task], now: int) -> list[Task]:
+        """The new arrivals, by level, when nothing was freed: a task may start if no
+        task of a higher level waits (the first level with tasks left holds only tasks
+        that did not fit) and it fits. Returns those left waiting."""
+        # The level below which every task is backfilling, per class.
+        bars = [min(levels, default=math.inf) for levels in self.levels]
+        left = []
+        for task in sorted(fresh, key=lambda t: t.priority):
+            kind = task.zero_slot
+            if task.priority <= bars[kind]:
+                if self._place(task, now):
+                    continue
+                bars[kind] = task.priority
+            self.levels[kind].setdefault(task.priority, []).append(task)
+            left.append(task)
+        return left
+
     def _place(self, task: Task, now: int) -> bool:
-        agents = self._fit(task.slots)
-        if agents is None:
+        asks = (task.slots, task.job.single_agent)
+        if asks in self._unfit:
+            return False
+        fit = self.index.fit(*asks)
+        if fit is None:
+            self._unfit.add(asks)
             return False
         if task.start is None:
             task.start = now
@@ -216,74 +300,77 @@ class SimMaster:
         elif task.requeued_at is not None:
             self.restart_waits.append(now - task.requeued_at)
             task.requeued_at = None
+        if task.pending:
+            task.pending = False
+            self.changed = True  # it left the pending list
         task.run_started = now
-        per_agent = task.slots if len(agents) == 1 else self.slots
-        for agent in agents:
-            self._use(agent, per_agent)
-            agent.tasks.add(task)
-            agent.ever_used = True
-        task.agents = agents
+        self._count_waiting(task, -1)
+        for agent in fit.agents:
+            self._use(agent, task, fit.slots_each)
+        task.agents, task.slots_each = fit.agents, fit.slots_each
         self.touched = True
-        self.queued_slots -= task.slots
         self.running += 1
         self.events.schedule(now + task.remaining, Kind.JOB_END, (task, task.run))
         return True
 
-    def _fit(self, slots: int) -> tuple[SimAgent, ...] | None:
-        if slots <= self.slots:
-            # Best fit: the agent with the fewest free slots that can hold the task.
-            for free in range(slots, self.slots + 1):
-                bucket = self.by_free[free]
-                if bucket:
-                    return (next(iter(bucket)),)
-            return None
-        if slots % self.slots:
-            return None
-        idle = self.by_free[self.slots]
-        need = slots // self.slots
-        if len(idle) < need:
-            return None
-        return tuple(agent for agent, _ in zip(idle, range(need), strict=False))
+    def _count_waiting(self, task: Task, change: int) -> None:
+        slots = task.slots
+        self.queued_slots += change * slots
+        count = self.waiting_by_slots.get(slots, 0) + change
+        if count:
+            self.waiting_by_slots[slots] = count
+        else:
+            del self.waiting_by_slots[slots]
 
-    def _use(self, agent: SimAgent, slots: int) -> None:
-        if (agent.used == 0 or self.free_slots_matter) and slots:
-            self.changed = True  # idle -> busy, or free slots that headroom counts
-        self._move(agent, agent.used + slots)
-        self.busy_slots += slots
+    def _use(self, agent: SimAgent, task: Task, slots: int) -> None:
+        if agent.idle:
+            del self.idle_agents[agent]
+            self.idle_slots -= agent.slots
+            self.changed = True  # idle -> busy
+        elif slots and self._free_slots_matter():
+            self.changed = True
+        agent.tasks.add(task)
+        agent.ever_used = True
+        if slots:
+            self.index.move(agent, agent.used + slots)
+            self.busy_slots += slots
+        else:
+            agent.aux += 1
 
     def _release(self, task: Task, excluding: SimAgent | None = None) -> None:
-        per_agent = task.slots if len(task.agents) == 1 else self.slots
+        slots = task.slots_each
         for agent in task.agents:
             agent.tasks.discard(task)
-            self.busy_slots -= per_agent
-            if agent is not excluding:
-                self._move(agent, agent.used - per_agent)
-                if agent.used == 0 or self.free_slots_matter:
-                    self.changed = True  # busy -> idle, or free slots headroom counts
+            self.busy_slots -= slots
+            if agent is excluding:
+                continue
+            if slots:
+                self.index.move(agent, agent.used - slots)
+            else:
+                agent.aux -= 1
+            if agent.idle:
+                self._set_idle(agent)
+                self.changed = True  # busy -> idle
+            elif slots and self._free_slots_matter():
+                self.changed = True
         task.agents = ()
         self.running -= 1
 
-    def _move(self, agent: SimAgent, used: int) -> None:
-        was_idle = agent.used == 0
-        del self.by_free[agent.free][agent]
-        agent.used = used
-        self.by_free[agent.free][agent] = None
-        if was_idle != (used == 0):
-            if was_idle:
-                del self.idle_agents[agent]
-                self.idle_slots -= agent.slots
-            else:
-                self._set_idle(agent)
+    def _free_slots_matter(self) -> bool:
+        """Whether a busy agent's free slots changing is a change a decision reads: for
+        warm headroom, or for the tasks waiting (besides the one being placed)."""
+        return self.free_slots_matter or bool(self.waiting_by_slots)
 
     def _set_idle(self, agent: SimAgent) -> None:
-        if agent.used == 0:
+        if agent.idle:
             self.idle_agents[agent] = None
             self.idle_slots += agent.slots
 
     # What the master says
 
     def snapshot(self, now: datetime) -> Snapshot:
-        """The pool snapshot a master publishes: pending tasks and connected agents."""
+        """The pool snapshot a master publishes: pending tasks (with their priority and
+        whether they stay on one agent), connected agents, and the fitting policy."""
         self.seq += 1
         # Trusted data built by the model itself: no need to validate it again.
         return Snapshot.model_construct(
@@ -292,6 +379,7 @@ class SimMaster:
             time=now,
             pending=tuple(task.wire for task in self.queue),
             agents=tuple(agent.wire() for agent in self.agents.values()),
+            fitting_policy=self.fitting_policy,
         )
 
     def take_change(self) -> Change:

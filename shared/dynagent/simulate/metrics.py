@@ -8,10 +8,10 @@ pool can run at all; a task larger than the pool is left out of it and reported.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from dynagent.simulate.master import fits_pool
+from dynagent.simulate.fitting import fits_pool
 from dynagent.simulate.run import PolicyRun
 from dynagent.simulate.trace import Trace
 
@@ -56,6 +56,8 @@ class Summary:
     requeued: int | None = None
     restart_wait_mean: float | None = None
     restart_wait_max: int | None = None
+    # Seconds the policy's latest plan had demand waiting at max_instances.
+    pending_at_max_seconds: int | None = None
 
 
 def percentile(sorted_values: Sequence[int], percent: float) -> int | None:
@@ -67,10 +69,14 @@ def percentile(sorted_values: Sequence[int], percent: float) -> int | None:
     return sorted_values[rank - 1]
 
 
-def limit_gpu_seconds(trace: Trace, slots: int, max_instances: int) -> int:
-    """Busy GPU-seconds of the tasks a pool of this shape can run at all."""
+def limit_gpu_seconds(trace: Trace, sizes: Iterable[int], max_instances: int) -> int:
+    """Busy GPU-seconds of the tasks a pool of machines of these ``sizes`` (slots) can
+    run at all."""
+    sizes = tuple(sizes)
     return sum(
-        job.gpus * job.duration for job in trace.jobs if fits_pool(job.gpus, slots, max_instances)
+        job.gpus * job.duration
+        for job in trace.jobs
+        if fits_pool(job.gpus, sizes, max_instances, job.single_agent)
     )
 
 
@@ -107,6 +113,7 @@ def summarise(run: PolicyRun, limit_seconds: int) -> Summary:
             sum(run.restart_waits) / len(run.restart_waits) if run.restart_waits else None
         ),
         restart_wait_max=run.restart_waits[-1] if run.restart_waits else None,
+        pending_at_max_seconds=run.pending_at_max_seconds,
     )
 
 

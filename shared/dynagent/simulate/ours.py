@@ -20,8 +20,6 @@ both ways and compare.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from dynagent.config import Pool, Settings
 from dynagent.fleet import Mark
 from dynagent.interruptions import INTERRUPTION, Notice, plan_interruption
@@ -64,15 +62,19 @@ class DynagentPolicy:
         self._heartbeat_at: int | None = None
         self._sweep_at: int | None = None
         self._deadline: int | None = None
+        # Since when the latest snapshot's plan has had demand waiting at max_instances
+        # (None: it has not), and the seconds of the spells that ended.
+        self._at_max_since: int | None = None
+        self._at_max_seconds = 0
 
     def act(self, now: int, change: Change) -> None:
         published = self._publishes(now, change)
         sweep = _due(self._sweep_at, now)
         acted = False
         if published:
-            acted |= self._reconcile(at(now), with_snapshot=True)
+            acted |= self._reconcile(now, with_snapshot=True)
         if sweep:
-            acted |= self._reconcile(at(now), with_snapshot=False)
+            acted |= self._reconcile(now, with_snapshot=False)
         if published or sweep:
             # Only after a pass: its plan is what the next deadline is counted from.
             self._plan_wake(now, acted)
@@ -111,12 +113,31 @@ class DynagentPolicy:
         # every heartbeat of an exhaustive run would.
         self._plan_wake(now, acted=True)
 
-    def _reconcile(self, moment: datetime, with_snapshot: bool) -> bool:
+    def pending_at_max_seconds(self, until: int) -> int:
+        """Seconds up to ``until`` during which the latest plan made from a snapshot had
+        ``pending_at_max``: demand waiting only because the pool is at max_instances.
+        A sweep's plan has no pending tasks to say it of, so it leaves the spell as is."""
+        since = self._at_max_since
+        return self._at_max_seconds + (0 if since is None else until - since)
+
+    def _reconcile(self, now: int, with_snapshot: bool) -> bool:
         """One pass; whether it launched or terminated anything."""
+        moment = at(now)
         snapshot = self.master.snapshot(moment) if with_snapshot else None
         plan = reconcile(self.pool, self.cloud, snapshot, moment, self.settings).plan
         self.decisions += 1
-        return plan is not None and bool(plan.launches or plan.terminations)
+        if plan is None:
+            return False
+        if snapshot is not None:
+            self._note_at_max(now, plan.pending_at_max)
+        return bool(plan.launches or plan.terminations)
+
+    def _note_at_max(self, now: int, at_max: bool) -> None:
+        if at_max and self._at_max_since is None:
+            self._at_max_since = now
+        elif not at_max and self._at_max_since is not None:
+            self._at_max_seconds += now - self._at_max_since
+            self._at_max_since = None
 
     def _plan_wake(self, now: int, acted: bool) -> None:
         if self.exhaustive:

@@ -37,6 +37,11 @@ class Policy(Protocol):
         """The cloud warned it will reclaim this spot instance in two minutes."""
         ...
 
+    def pending_at_max_seconds(self, until: int) -> int | None:
+        """Seconds up to ``until`` its plans had demand waiting at max_instances, or None
+        if it makes no such plans."""
+        ...
+
     def fleet_changed(self, now: int) -> None:
         """The cloud changed the fleet on its own (a spot reclaim): the next regular pass
         (heartbeat, sweep, tick) must run, as it would in an exhaustive run."""

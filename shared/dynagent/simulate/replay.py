@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from dynagent.config import ConfigError, Pool, Settings
 from dynagent.offerings import Purchase
 from dynagent.simulate.determined import baseline_offering
+from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.metrics import Summary, limit_gpu_seconds, summarise, summarise_limit
 from dynagent.simulate.run import POLICIES, PolicyRun, Progress, RunOptions, simulate
 from dynagent.simulate.trace import Trace
@@ -103,15 +104,14 @@ def replay(
     billed = prices(pool, options.price)
     check_interruptions(pool, options.interruption_rate)
     provider = pool.provider
-    slots, max_instances = provider.slots_per_instance, provider.max_instances
-    limit = limit_gpu_seconds(trace, slots, max_instances)
+    limit = limit_gpu_seconds(trace, pool_sizes(pool), provider.max_instances)
     runs = tuple(
         simulate(trace, pool, settings, name, options, progress(name) if progress else None)
         for name in policies
     )
     larger = runs[0].larger_than_pool if runs else 0
     columns = tuple(summarise(run, limit) for run in runs)
-    columns += (summarise_limit(limit, slots, billed.gpu_hour, larger),)
+    columns += (summarise_limit(limit, provider.slots_per_instance, billed.gpu_hour, larger),)
     return Replay(
         trace, pool, options, billed, runs, columns, wall_seconds=time.perf_counter() - started
     )

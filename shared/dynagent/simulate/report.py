@@ -38,6 +38,7 @@ ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
     ("wait max", lambda s: format_wait(s.wait_max)),
     ("wait mean", lambda s: format_wait(None if s.wait_mean is None else round(s.wait_mean))),
     ("tasks that waited", lambda s: "-" if s.waited is None else f"{s.waited:.1%}"),
+    ("pending at the cap", lambda s: format_wait(s.pending_at_max_seconds)),
     ("launches", lambda s: _count(s.launches)),
     ("  that never ran a task", lambda s: _count(s.unused_launches)),
     ("refused for capacity", lambda s: _count(s.refusals)),
@@ -63,6 +64,7 @@ def describe(replay: Replay) -> list[str]:
     days = (trace.end - trace.start) / DAY
     boot = options.boot
     jitter = f" (± {boot.jitter}s, seed {boot.seed})" if boot.jitter else ""
+    per_gpu = f" + {boot.per_gpu}s per GPU past the first" if boot.per_gpu else ""
     slots = sorted({shape.slots for shape in provider.catalog().shapes()})
     gpus = "-".join(str(s) for s in (slots[0], slots[-1]) if s) if len(slots) > 1 else ""
     headroom = provider.warm_headroom_slots
@@ -76,7 +78,8 @@ def describe(replay: Replay) -> list[str]:
         f"starting {format_duration(provider.max_agent_starting_period)}"
         + (f", warm headroom {headroom} slots" if headroom else ""),
         f"boot: running after {boot.running_after}s, agent registered after "
-        f"{boot.registered_after}s{jitter}; heartbeat {options.heartbeat}s",
+        f"{boot.registered_after}s{per_gpu}{jitter}; heartbeat {options.heartbeat}s",
+        f"master: Determined's priority scheduler, no preemption, {options.fitting_policy} fit",
         "price per instance-hour: " + describe_prices(replay),
     ]
     if options.interruption_rate:
@@ -136,10 +139,10 @@ def footnotes(replay: Replay) -> list[str]:
     ]
     larger = replay.column("limit").larger_than_pool
     if larger:
-        slots = replay.pool.provider.slots_per_instance
         notes.append(
-            f"{larger:,} task(s) can never run in this pool (not a multiple of {slots} GPUs, "
-            "or more instances than max_instances): left out of the limit too."
+            f"{larger:,} task(s) can never run in this pool (larger than one machine, and "
+            "not a multiple of a machine's GPUs within max_instances, or kept on one "
+            "agent): left out of the limit too."
         )
     return notes
 
@@ -167,6 +170,7 @@ def document(replay: Replay) -> dict[str, Any]:
         },
         "boot": dataclasses.asdict(options.boot),
         "heartbeat_s": options.heartbeat,
+        "fitting_policy": options.fitting_policy,
         "interruption_rate_per_machine_hour": options.interruption_rate,
         "price_per_instance_hour": replay.prices.by_type,
         "baseline": {"instance_type": replay.prices.baseline_type, "price": replay.prices.baseline},

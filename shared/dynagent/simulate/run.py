@@ -19,11 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dynagent.config import Pool, Settings
+from dynagent.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
 from dynagent.simulate.boot import BootModel
 from dynagent.simulate.capacity import Outage
 from dynagent.simulate.clock import Events, Kind
 from dynagent.simulate.cloud import Interruptions, SimCloud
 from dynagent.simulate.determined import DeterminedPolicy, baseline_offering, baseline_pool
+from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.master import SimMaster
 from dynagent.simulate.ours import HEARTBEAT, DynagentPolicy
 from dynagent.simulate.policy import Policy
@@ -54,6 +56,8 @@ class RunOptions:
     # Spot instances reclaimed per machine-hour (exponential lifetimes, from the boot
     # seed); their tasks resume with the time they had left.
     interruption_rate: float = 0.0
+    # How the master fits a task on its agents (its scheduler's fitting_policy).
+    fitting_policy: FittingPolicy = DEFAULT_FITTING_POLICY
 
 
 @dataclass
@@ -80,6 +84,9 @@ class PolicyRun:
     # any other lost agent) waited to start again, sorted.
     interruptions: int
     restart_waits: list[int]
+    # Seconds the policy's plans had demand waiting at max_instances (None: it makes
+    # no such plans).
+    pending_at_max_seconds: int | None
     start: int
     end: int
     series: Series = field(repr=False)
@@ -130,10 +137,11 @@ class Simulation:
         )
         self.master = SimMaster(
             pool.name,
-            provider.slots_per_instance,
+            pool_sizes(pool),
             provider.max_instances,
             self.events,
             free_slots_matter=policy == "dynagent" and provider.warm_headroom_slots > 0,
+            fitting_policy=options.fitting_policy,
         )
         self.policy = make_policy(policy, pool, settings, self.cloud, self.master, options)
         self.series = Series()
@@ -247,6 +255,7 @@ class Simulation:
             decisions=self.policy.decisions,
             interruptions=self.cloud.interruptions,
             restart_waits=sorted(master.restart_waits),
+            pending_at_max_seconds=self.policy.pending_at_max_seconds(self.now),
             start=self.trace.start,
             end=self.now,
             series=self.series,

@@ -3,9 +3,13 @@
 Two CSV forms are read, told apart by their header:
 
 - the ITP form of the shared traces: ``job_id,submission_time,duration,num_gpu``;
-- a plain form: ``arrival_s,duration_s,gpus`` (job ids are made up, ``job-1``...).
+- a plain form: ``arrival_s,duration_s,gpus[,priority][,single_agent]`` (job ids are
+  made up, ``job-1``...). ``priority`` is the job's scheduling priority, 1 to 99 as
+  Determined accepts it, a lower number first (empty: Determined's default, 42);
+  ``single_agent`` (true/false, empty: false) keeps it on one agent.
 
-Times are whole seconds from the start of the trace, as the ITP traces give them.
+Times are whole seconds from the start of the trace, as the ITP traces give them. A
+job of 0 GPUs is a zero-slot task (a command, a checkpoint GC): it uses no slot.
 """
 
 from __future__ import annotations
@@ -19,21 +23,46 @@ from pathlib import Path
 # The columns of each accepted form, in file order: id (if any), arrival, duration, GPUs.
 ITP_COLUMNS = ("job_id", "submission_time", "duration", "num_gpu")
 PLAIN_COLUMNS = ("arrival_s", "duration_s", "gpus")
-_FORMS = {frozenset(form): form for form in (ITP_COLUMNS, PLAIN_COLUMNS)}
+# Columns a form may add; the ITP traces have none.
+OPTIONAL_COLUMNS: dict[tuple[str, ...], tuple[str, ...]] = {
+    PLAIN_COLUMNS: ("priority", "single_agent")
+}
+_FORMS = (ITP_COLUMNS, PLAIN_COLUMNS)
+# Determined's bounds on a priority (experiment_config.go ValidatePrioritySetting).
+MIN_PRIORITY, MAX_PRIORITY = 1, 99
+_BOOLEANS = {
+    "": False,
+    "false": False,
+    "0": False,
+    "no": False,
+    "true": True,
+    "1": True,
+    "yes": True,
+}
 
 
 class TraceError(ValueError):
     """A trace file that cannot be replayed; the message names the file and row."""
 
 
+# Determined's default scheduling priority (scheduler_config.go DefaultSchedulingPriority).
+DEFAULT_PRIORITY = 42
+
+
 @dataclass(frozen=True)
 class Job:
-    """One job of the trace: it arrives, asks for ``gpus`` slots, and runs ``duration`` s."""
+    """One job of the trace: it arrives, asks for ``gpus`` slots, and runs ``duration`` s.
+
+    ``priority`` is its priority in the master's priority scheduler (a lower number goes
+    first); ``single_agent`` keeps it on one agent (a command, a notebook, or an
+    experiment with ``resources.is_single_node``)."""
 
     id: str
     arrival: int
     duration: int
     gpus: int
+    priority: int = DEFAULT_PRIORITY
+    single_agent: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,9 +109,9 @@ def trace_from_rows(
     rows = list(rows)
     if header is None:
         header = frozenset(key.strip() for key in rows[0]) if rows else frozenset()
-    form = _FORMS.get(header)
+    form = _form(header)
     if form is None:
-        expected = " or ".join(",".join(form) for form in _FORMS.values())
+        expected = " or ".join(_describe(form) for form in _FORMS)
         raise TraceError(f"{source}: unknown columns {sorted(header)}; expected {expected}")
     if not rows:
         raise TraceError(f"{source}: no jobs")
@@ -90,6 +119,18 @@ def trace_from_rows(
     # A stable sort keeps the file's order among jobs that arrive together.
     jobs.sort(key=lambda job: job.arrival)
     return Trace(name, tuple(jobs))
+
+
+def _form(header: frozenset[str]) -> tuple[str, ...] | None:
+    """The form whose columns the header has, with none but its optional ones besides."""
+    for form in _FORMS:
+        if set(form) <= header and header - set(form) <= set(OPTIONAL_COLUMNS.get(form, ())):
+            return form
+    return None
+
+
+def _describe(form: tuple[str, ...]) -> str:
+    return ",".join(form) + "".join(f"[,{column}]" for column in OPTIONAL_COLUMNS.get(form, ()))
 
 
 def _job(row: Mapping[str, str], line: int, form: tuple[str, ...], source: str) -> Job:
@@ -101,14 +142,28 @@ def _job(row: Mapping[str, str], line: int, form: tuple[str, ...], source: str) 
             arrival=_seconds(values[arrival]),
             duration=_seconds(values[duration]),
             gpus=int(values[gpus]),
+            priority=int(values.get("priority") or DEFAULT_PRIORITY),
+            single_agent=_boolean(values.get("single_agent", "")),
         )
     except ValueError as error:
         raise TraceError(f"{source}: line {line}: {error}") from None
     if job.arrival < 0 or job.duration < 0:
         raise TraceError(f"{source}: line {line}: a negative time in {dict(values)}")
-    if job.gpus < 1:
-        raise TraceError(f"{source}: line {line}: a job needs at least one GPU, got {job.gpus}")
+    if job.gpus < 0:
+        raise TraceError(f"{source}: line {line}: a negative number of GPUs, {job.gpus}")
+    if not MIN_PRIORITY <= job.priority <= MAX_PRIORITY:
+        raise TraceError(
+            f"{source}: line {line}: priority {job.priority} is not within "
+            f"{MIN_PRIORITY}..{MAX_PRIORITY}"
+        )
     return job
+
+
+def _boolean(text: str) -> bool:
+    try:
+        return _BOOLEANS[text.lower()]
+    except KeyError:
+        raise ValueError(f"single_agent must be true or false, got {text!r}") from None
 
 
 def _seconds(text: str) -> int:
