@@ -18,6 +18,11 @@ the agent's ids (which only chooses among agents the prediction counts alike);
 ``allow_heterogeneous_fits`` (off by default) is not modelled; zero-slot tasks are left
 to the caller, which places them on any agent.
 
+The simulator's master applies the same rules through its own code
+(``simulate.fitting``) on purpose: the simulator is what checks that the machines
+packing launches are the ones the master places work on, which it could not do if the
+two shared one implementation.
+
 Agents are kept in buckets by (slots, free slots), so a placement looks at a few
 buckets, not at every agent: a snapshot may list ten thousand.
 """

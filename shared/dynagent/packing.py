@@ -314,10 +314,9 @@ class _Placement:
             if machine.arriving and free[index] and queue.sizes():
                 _, free[index] = queue.fill(free[index])
         _open_machines(demand, queue, self.shapes, self.budget)
-        stuck = [t.task for t, _ in demand.waiting[held[0] :]]
-        stuck += [u.task for u in demand.unschedulable[held[1] :]]
-        order = {task.task: n for n, task in enumerate(tasks)}
-        return min(stuck, key=order.__getitem__) if stuck else None
+        stuck = {t.task for t, _ in demand.waiting[held[0] :]}
+        stuck.update(u.task for u in demand.unschedulable[held[1] :])
+        return next((task.task for task in tasks if task.task in stuck), None)
 
     def _gang(self, task: PendingTask) -> None:
         """A task over one machine: machines of one size that divides it, the largest

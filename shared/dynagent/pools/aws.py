@@ -243,10 +243,8 @@ class AwsProvider(ProvisionerFields):
         """The cap in slots of a pool with offerings (None: max_instances alone)."""
         if self.offerings is None:
             return None
-        own = self.slots_per_instance  # instance_type unset: the largest offered
-        if "instance_type" in self.model_fields_set:
-            own = self.instance_slots or aws_gpus(self.instance_type) or own
-        return self.slot_cap_of(self.offerings.max_slots, own)
+        own = self.instance_slots or aws_gpus(self.instance_type) or 0
+        return self.slot_cap_of(self.offerings.max_slots, own, self.slots_per_instance)
 
     def gpus_of(self, instance_type: str) -> int:
         """GPUs of a machine type the pool launches: the pool's own count

@@ -146,12 +146,14 @@ class ProvisionerFields(StrictModel):
             )
         return self
 
-    def slot_cap_of(self, max_slots: int | None, instance_type_slots: int) -> int:
+    def slot_cap_of(self, max_slots: int | None, instance_type_slots: int, largest: int) -> int:
         """The pool's cap in slots, with offerings: ``offerings.max_slots``, else what
         ``max_instances`` means to Determined: that many machines of ``instance_type``
-        (of ``instance_type_slots``)."""
+        (of ``instance_type_slots``; the ``largest`` offered when the field is unset)."""
         if max_slots is not None:
             return max_slots
+        if "instance_type" not in self.model_fields_set or not instance_type_slots:
+            instance_type_slots = largest
         return self.max_instances * instance_type_slots
 
     def cap_warnings(self, max_slots: int | None, sizes: list[int], cap: int) -> list[str]:

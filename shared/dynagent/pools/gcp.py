@@ -209,10 +209,8 @@ class GcpProvider(ProvisionerFields):
         """The cap in slots of a pool with offerings (None: max_instances alone)."""
         if self.offerings is None:
             return None
-        own = self.slots_per_instance  # instance_type unset: the largest offered
-        if "instance_type" in self.model_fields_set:
-            own = self.instance_type.gpu_num or own
-        return self.slot_cap_of(self.offerings.max_slots, own)
+        own = self.instance_type.gpu_num
+        return self.slot_cap_of(self.offerings.max_slots, own, self.slots_per_instance)
 
     def machine(self, machine_type: str) -> GcpInstanceType:
         for machine in self.machines():
