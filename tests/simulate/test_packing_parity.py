@@ -1,0 +1,45 @@
+"""Packing's machines are the ones the master places work on: what ``decide`` launches
+for a pool of 1-, 4- and 8-GPU offerings, registered on the simulator's master (which
+follows Determined's ``fitting.go`` with code of its own), runs every task at once and
+leaves no machine unused."""
+
+from __future__ import annotations
+
+import pytest
+
+from dynagent.decide import decide
+from dynagent.fleet import Fleet
+from dynagent.simulate.clock import Events
+from dynagent.simulate.master import SimMaster
+from dynagent.simulate.trace import Job
+from tests.core.builders import NOW, pool, snapshot
+from tests.core.test_placement import job
+
+G5 = {"g5.xlarge": 1, "g5.12xlarge": 4, "g5.48xlarge": 8}
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [(12,), (20,), (28,), (16, 1, 1), (12, 4, 2, 1), (20, 8, 3)],
+)
+def test_the_master_places_every_task_on_the_machines_packing_launched(
+    sizes: tuple[int, ...],
+) -> None:
+    gpus = pool(
+        instance_type="g5.48xlarge",
+        offerings={"instance_types": list(G5), "max_slots": 80},
+        max_instances=40,
+    )
+    pending = [job(f"t{k}", slots) for k, slots in enumerate(sizes)]
+    plan = decide(gpus, Fleet(), snapshot(pending=pending), NOW)
+    assert plan.unschedulable == () and plan.waiting == ()
+
+    master = SimMaster("gpu", G5.values(), 40, Events())
+    for k, slots in enumerate(sizes):
+        master.submit(Job(f"t{k}", 0, 600, slots))
+    for n, launch in enumerate(plan.launches):
+        master.connect(f"i-{n}", G5[launch.offerings[0].instance_type])
+    master.schedule(0)
+
+    assert master.queue == []
+    assert all(agent.used > 0 for agent in master.agents.values())
