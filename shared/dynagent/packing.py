@@ -332,8 +332,13 @@ class _Placement:
             need = task.slots // size
             booting = [i for i in self.empty.get(size, ()) if self.free[i] == size][:need]
             shape = self.cheapest.get(size)
-            new = min(need - len(booting), budget.count(size)) if shape is not None else 0
-            idle = self.fit.idle(size)[: need - len(booting) - new]
+            if booting:
+                idle = self.fit.idle(size)[: need - len(booting)]
+                short = need - len(booting) - len(idle)
+                new = min(short, budget.count(size)) if shape is not None else 0
+            else:
+                new = min(need, budget.count(size)) if shape is not None else 0
+                idle = self.fit.idle(size)[: need - new]
             if len(booting) + new + len(idle) == need:
                 break
         else:
