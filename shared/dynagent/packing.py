@@ -17,7 +17,9 @@ the master runs on every tick:
   them for the least money. A task over one machine takes machines of one size that
   divides it, the largest size first (``findDedicatedAgentFits``), drawn from booting
   machines, then new ones, then unused agents; commands, notebooks, shells, TensorBoards
-  and checkpoint GC never span machines.
+  and checkpoint GC never span machines. A gang already waiting on booting machines
+  counts unused agents before new ones: with staggered boots its own first machines
+  register while the rest boot, and a new machine for each would idle once it starts.
 
 New machines stay within the pool's caps: ``max_instances`` machines and, with
 ``offerings``, ``max_slots`` slots. Near the machine cap the shape holds the most: the
@@ -320,7 +322,13 @@ class _Placement:
 
     def _gang(self, task: PendingTask) -> None:
         """A task over one machine: machines of one size that divides it, the largest
-        size first, from those booting, then new ones, then unused agents."""
+        size first, from those booting, then new ones, then unused agents; unused agents
+        before new ones once it waits on booting machines anyway.
+
+        Without booting machines, a new one is surer than an idle agent: while the gang
+        waits a boot, the master may give that agent to a smaller task (then the gang
+        waits a second boot). With them, the agent is most likely one of the gang's own
+        that registered first; if a small task takes it, the next pass launches one."""
         demand, budget = self.demand, self.budget
         limit = budget.max_instances
         dividing = [s for s in self.sizes if task.slots % s == 0 and task.slots // s <= limit]

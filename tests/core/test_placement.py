@@ -15,7 +15,7 @@ from dynagent.decide import decide
 from dynagent.fleet import Fleet, Instance
 from dynagent.plan import Plan
 from dynagent.snapshot import Agent, PendingTask
-from tests.core.builders import NOW, agent_instance, ago, pool, snapshot
+from tests.core.builders import NOW, agent_instance, ago, pool, snapshot, starting
 
 G5 = ["g5.xlarge", "g5.12xlarge", "g5.48xlarge"]
 SLOTS = {"g5.xlarge": 1, "g5.12xlarge": 4, "g5.48xlarge": 8}
@@ -88,6 +88,29 @@ def test_a_gang_counts_on_an_idle_agent_only_when_room_is_short() -> None:
 
     assert launched(decide(g5_pool(), fleet, pending, NOW)) == {"g5.48xlarge": 2}
     assert launched(decide(g5_pool(max_instances=2), fleet, pending, NOW)) == {"g5.48xlarge": 1}
+
+
+def test_a_gang_waiting_on_its_booting_machines_counts_the_one_that_registered() -> None:
+    # Boots are staggered: the first of a 32-slot gang's four machines registered idle
+    # while three still boot. The gang waits for those boots anyway, so the agent that
+    # came up is one of its four, not a reason to launch a fifth. (Without booting
+    # machines, the previous test's rule holds.)
+    agents, fleet = idle_fleet(("g5.48xlarge", 1), idle_minutes=0.5)
+    booting = [
+        dataclasses.replace(starting(f"i-boot{k}", minutes_ago=3), instance_type="g5.48xlarge")
+        for k in range(3)
+    ]
+    fleet = Fleet((*fleet.instances, *booting))
+    roomy = g5_pool(offerings={"instance_types": G5, "max_slots": 160})
+    plan = decide(roomy, fleet, snapshot(pending=[job("exp", 32)], agents=agents), NOW)
+
+    assert plan.launches == ()
+    assert plan.terminations == ()
+
+    # A small task took that agent before the gang started: the gang needs a fourth.
+    agents = [dataclasses.replace(agents[0], used_slots=1)]
+    pending = snapshot(pending=[job("exp", 32)], agents=agents)
+    assert launched(decide(roomy, fleet, pending, NOW)) == {"g5.48xlarge": 1}
 
 
 def test_an_8_slot_command_is_never_planned_across_1_gpu_agents() -> None:
