@@ -12,6 +12,14 @@ process: after a restart, idle periods start over, and an agent the master lists
 draining is claimed by draining it again, which the master refuses (HTTP 500) for one
 that is only reconnecting. A reconnecting agent is never reported as draining.
 
+Under the master's worst fit, busy agents are drained too. Worst fit puts each new task
+on the emptiest agent, so a few tasks keep many agents busy and none ever goes idle
+(ten 1-GPU tasks hold ten 8-GPU agents where best fit uses two). So while no task
+waits, the agents best fit would keep filling stay enabled: the fullest first, until
+their free slots hold one largest machine's worth; the emptier busy agents are drained,
+take no new task, and are terminated once their last task ends. Idle agents keep the
+idle-period rule above.
+
 One Drainer per pool: each pass forgets the agents its reading no longer lists.
 """
 
@@ -53,7 +61,9 @@ class Drainer:
         enables = self._enables(pool, reading)
         if enables or not pool.provider.drain_idle_agents:
             return enables
-        return self._claims(reading) + self._drains(pool, reading, now)
+        drains = self._drains(pool, reading, now)
+        draining = {action.agent_id for action in drains}
+        return self._claims(reading) + drains + _surplus(pool, reading, draining)
 
     def reported_draining(self, agent: AgentReading) -> bool:
         """Whether the snapshot may say draining: only agents this bridge drained."""
@@ -116,6 +126,34 @@ class Drainer:
             )
             actions.append(DrainAction(agent_id, False, reason))
         return actions
+
+
+def _surplus(pool: Pool, reading: PoolReading, draining: set[str]) -> list[DrainAction]:
+    """Under worst fit, the busy agents best fit would leave to empty: what is left once
+    the fullest agents' free slots hold one machine of the largest size (idle agents'
+    free slots count first: best fit fills them last). ``fitting_methods.go``: best fit
+    scores an agent 1 / (1 + free), worst fit free / slots."""
+    if reading.fitting_policy != "worst" or reading.pending:
+        return []
+    enabled = [a for a in reading.agents if a.enabled and not a.draining and a.id not in draining]
+    largest = max((a.slots for a in reading.agents), default=0)
+    spare = sum(a.slots for a in enabled if a.idle)
+    kept = sum(1 for a in enabled if a.idle)
+    actions: list[DrainAction] = []
+    for agent in sorted(
+        (a for a in enabled if not a.idle), key=lambda a: (a.slots - a.used_slots, a.id)
+    ):
+        free = agent.slots - agent.used_slots
+        if free == 0 or spare < largest or kept < pool.provider.min_instances:
+            spare += free
+            kept += 1
+            continue
+        reason = (
+            f"worst fit would keep it busy: best fit leaves it to empty ({spare} free slots "
+            "on fuller agents)"
+        )
+        actions.append(DrainAction(agent.id, False, reason))
+    return actions
 
 
 def _room(agent: AgentReading) -> Existing:

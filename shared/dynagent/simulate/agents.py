@@ -44,6 +44,8 @@ class SimAgent:
     ever_used: bool = False
     # When it came into its bucket (a counter): the tie-break, the earliest first.
     since: int = 0
+    # False once the bridge disabled it with drain: out of the index, tasks run on.
+    enabled: bool = True
     _wire: Agent | None = None
 
     @property
@@ -57,8 +59,21 @@ class SimAgent:
 
     def wire(self) -> Agent:
         wire = self._wire
-        if wire is None or wire.used_slots != self.used or wire.tasks != len(self.tasks):
-            wire = Agent(id=self.id, slots=self.slots, used_slots=self.used, tasks=len(self.tasks))
+        if (
+            wire is None
+            or wire.used_slots != self.used
+            or wire.tasks != len(self.tasks)
+            or wire.draining == self.enabled
+        ):
+            # Only the bridge disables an agent here, so a disabled one is reported as
+            # the bridge reports its own: draining, and enabled (it may enable it again).
+            wire = Agent(
+                id=self.id,
+                slots=self.slots,
+                used_slots=self.used,
+                tasks=len(self.tasks),
+                draining=not self.enabled,
+            )
             self._wire = wire
         return wire
 

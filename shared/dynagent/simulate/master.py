@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from dynagent.bridge.reading import AgentReading, PoolReading
 from dynagent.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
 from dynagent.simulate.agents import AgentIndex, SimAgent
 from dynagent.simulate.clock import Events, Kind
@@ -203,7 +204,8 @@ class SimMaster:
         agent = self.agents.pop(agent_id, None)
         if agent is None:
             return
-        self.index.remove(agent)
+        if agent.enabled:
+            self.index.remove(agent)
         self.connected_slots -= agent.slots
         if agent.idle:
             del self.idle_agents[agent]
@@ -223,6 +225,35 @@ class SimMaster:
         for task in reversed(lost):
             self.levels[task.zero_slot].setdefault(task.priority, []).insert(0, task)
         self.changed = self.touched = self._freed = True
+
+    def disable(self, agent_id: str) -> None:
+        """``POST /api/v1/agents/{id}/disable`` with drain: its tasks run on, and no new
+        task is placed on it."""
+        agent = self.agents.get(agent_id)
+        if agent is None or not agent.enabled:
+            return
+        self.index.remove(agent)
+        agent.enabled = False
+        self.changed = self.touched = True
+
+    def enable(self, agent_id: str) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is None or agent.enabled:
+            return
+        agent.enabled = True
+        self.index.add(agent)
+        self.changed = self.touched = self._freed = True
+
+    def reading(self) -> PoolReading:
+        """What the bridge reads of this pool from the master's API."""
+        agents = tuple(
+            AgentReading(a.id, a.slots, a.used, len(a.tasks), a.enabled, not a.enabled)
+            for a in self.agents.values()
+        )
+        pending = tuple(task.wire for task in self.queue)
+        return PoolReading(
+            self.pool, "RESOURCE_POOL_TYPE_STATIC", agents, pending, self.fitting_policy
+        )
 
     def finish(self, task: Task, run: int) -> None:
         if task.run != run or not task.agents:
@@ -332,7 +363,7 @@ class SimMaster:
         agent.tasks.add(task)
         agent.ever_used = True
         if slots:
-            self.index.move(agent, agent.used + slots)
+            self._set_used(agent, agent.used + slots)
             self.busy_slots += slots
         else:
             agent.aux += 1
@@ -345,7 +376,7 @@ class SimMaster:
             if agent is excluding:
                 continue
             if slots:
-                self.index.move(agent, agent.used - slots)
+                self._set_used(agent, agent.used - slots)
             else:
                 agent.aux -= 1
             if agent.idle:
@@ -355,6 +386,12 @@ class SimMaster:
                 self.changed = True
         task.agents = ()
         self.running -= 1
+
+    def _set_used(self, agent: SimAgent, used: int) -> None:
+        if agent.enabled:
+            self.index.move(agent, used)
+        else:
+            agent.used = used
 
     def _free_slots_matter(self) -> bool:
         """Whether a busy agent's free slots changing is a change a decision reads: for

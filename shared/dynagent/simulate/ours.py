@@ -16,10 +16,16 @@ as a change a decision reads. So, unless ``exhaustive``
 is set, such snapshots are reconciled only then: the same plans at the same times,
 without the hundreds of thousands of passes that change nothing over a month. Tests run
 both ways and compare.
+
+With ``drain_idle_agents``, the bridge's drains are part of the policy: its ``Drainer``
+reads the master and disables or enables agents before each snapshot, on every change
+of the master and every heartbeat (the real bridge reads every few seconds: here it is
+never late).
 """
 
 from __future__ import annotations
 
+from dynagent.bridge.drain import Drainer
 from dynagent.config import Pool, Settings
 from dynagent.fleet import Mark
 from dynagent.interruptions import INTERRUPTION, Notice, plan_interruption
@@ -66,8 +72,12 @@ class DynagentPolicy:
         # (None: it has not), and the seconds of the spells that ended.
         self._at_max_since: int | None = None
         self._at_max_seconds = 0
+        self.drainer = Drainer() if provider.drain_idle_agents else None
 
     def act(self, now: int, change: Change) -> None:
+        bridge = self.drainer is not None and (change is not Change.NONE or self._beat(now))
+        if bridge and self._bridge_drains(now):
+            change = Change.DECISION
         published = self._publishes(now, change)
         sweep = _due(self._sweep_at, now)
         acted = False
@@ -78,6 +88,25 @@ class DynagentPolicy:
         if published or sweep:
             # Only after a pass: its plan is what the next deadline is counted from.
             self._plan_wake(now, acted)
+
+    def _beat(self, now: int) -> bool:
+        return _due(self._heartbeat_at, now) or _due(self._sweep_at, now)
+
+    def _bridge_drains(self, now: int) -> bool:
+        """The bridge's pass before its snapshot: drain or enable agents on the master, as
+        ``bridge.loop`` does; whether it did anything."""
+        assert self.drainer is not None
+        actions = self.drainer.actions(self.pool, self.master.reading(), at(now))
+        for action in actions:
+            if action.enable:
+                self.master.enable(action.agent_id)
+                self.drainer.drained.discard(action.agent_id)
+            else:
+                self.master.disable(action.agent_id)
+                self.drainer.drained.add(action.agent_id)
+        if any(action.enable for action in actions):
+            self.master.schedule(now)  # the master's next tick places tasks there
+        return bool(actions)
 
     def _publishes(self, now: int, change: Change) -> bool:
         """Whether a snapshot reaches the decision now: on any change of the master and on
@@ -176,6 +205,10 @@ class DynagentPolicy:
         # A refused offering back in the catalog may be the cheaper shape for pending
         # tasks or the smallest one warm headroom is kept on.
         deadlines += self.cloud.remembered_until()
+        if self.drainer is not None:
+            # The bridge drains an agent idle for the period by its own clock.
+            period = self._periods[Mark.IDLE_SINCE]
+            deadlines += [seconds_at(since) + period for since in self.drainer.idle_since.values()]
         return min((d for d in deadlines if d > now), default=None)
 
 

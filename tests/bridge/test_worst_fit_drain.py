@@ -1,0 +1,82 @@
+"""Under the master's worst fit, the bridge drains the busy agents best fit would let empty.
+
+Worst fit (``fitting_methods.go`` ``WorstFit``) places each new task on the agent with
+the largest share free, so ten 1-GPU tasks hold ten 8-GPU agents busy where best fit
+would fill two, and the fleet never shrinks: no agent goes idle. The bridge keeps the
+fullest agents enabled, until their free slots hold one largest machine, and drains
+the rest; the functions terminate each once its last task ends.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from dynagent.bridge.drain import Drainer
+from dynagent.bridge.reading import AgentReading, PoolReading
+from dynagent.decide import decide
+from dynagent.fleet import Fleet
+from dynagent.snapshot import Agent, PendingTask, Snapshot
+from tests.core.builders import agent_instance, ago, pool
+
+NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
+DRAINED = pool(instance_type="p3.16xlarge", drain_idle_agents=True)  # 8 slots
+
+
+def agent(agent_id: str, used: int, slots: int = 8) -> AgentReading:
+    return AgentReading(agent_id, slots, used, used, enabled=True, draining=False)
+
+
+def reading(*agents: AgentReading, policy: str = "worst", pending: int = 0) -> PoolReading:
+    tasks = tuple(PendingTask(f"t{k}", 1) for k in range(pending))
+    return PoolReading("gpu", "RESOURCE_POOL_TYPE_STATIC", agents, tasks, policy)
+
+
+def drained(read: PoolReading, pool_: object = DRAINED) -> list[str]:
+    actions = Drainer().actions(pool_, read, NOW)  # type: ignore[arg-type]
+    assert all(not a.enable for a in actions)
+    return [a.agent_id for a in actions]
+
+
+def test_ten_1_gpu_tasks_on_ten_agents_keep_the_two_best_fit_would_fill() -> None:
+    spread = reading(*(agent(f"a{k}", 1) for k in range(10)))
+    assert drained(spread) == [f"a{k}" for k in range(2, 10)]
+
+
+def test_the_fullest_agents_are_kept_and_full_ones_always() -> None:
+    read = reading(agent("full", 8), agent("two", 2), agent("six", 6), agent("one", 1))
+    # Fullest first: full (0 free), six (2), two (6 free: 8 in all); one is surplus.
+    assert drained(read) == ["one"]
+
+
+def test_an_idle_agent_is_the_spare_room_and_keeps_the_idle_period_rule() -> None:
+    read = reading(agent("idle", 0), agent("a", 3), agent("b", 1))
+    assert drained(read) == ["a", "b"]
+
+
+def test_nothing_is_drained_under_best_fit_while_tasks_wait_or_below_min_instances() -> None:
+    spread = [agent(f"a{k}", 1) for k in range(4)]
+    assert drained(reading(*spread, policy="best")) == []
+    assert drained(reading(*spread, pending=1)) == []
+    assert drained(reading(*spread), pool(instance_type="p3.16xlarge")) == []  # no drain
+    floor = pool(instance_type="p3.16xlarge", drain_idle_agents=True, min_instances=3)
+    assert drained(reading(*spread), floor) == ["a3"]
+
+
+def test_mixed_sizes_keep_a_largest_machines_worth_of_free_slots() -> None:
+    read = reading(agent("s1", 1, slots=4), agent("s2", 1, slots=4), agent("b1", 2), agent("b2", 7))
+    # b2 (1 free), s1 (3), s2 (3): 7 < 8, so b1 (6 free) is kept too: nothing to drain.
+    assert drained(read) == []
+    read = reading(agent("s1", 3, slots=4), agent("b1", 1), agent("b2", 2), agent("b3", 1))
+    # s1 (1 free), b2 (6): 7, then b1 (7): 14; b3 is surplus.
+    assert drained(read) == ["b3"]
+
+
+def test_a_drained_agent_is_terminated_when_its_last_task_ends() -> None:
+    # The functions' side: draining and busy stays; draining and empty goes at once (the
+    # snapshot's report is fresh), with no idle period of its own to wait out.
+    cloud = Fleet((agent_instance("a", idle_since=ago(0)), agent_instance("b")))
+    busy = Agent(id="b", slots=8, used_slots=1, tasks=1, draining=True)
+    empty = Agent(id="a", slots=8, used_slots=0, draining=True)
+    report = Snapshot(pool="gpu", seq=1, time=NOW, agents=(empty, busy), fitting_policy="worst")
+    plan = decide(DRAINED, cloud, report, NOW)
+    assert [t.instance_id for t in plan.terminations] == ["a"]
