@@ -61,15 +61,28 @@ class AgentFit:
         for index in agents:
             if free[index] > 0:
                 self.buckets.setdefault((slots[index], free[index]), {})[index] = None
+        # Asks (slots, single agent) that found no fit: room is only ever taken here, so
+        # they never will. With
+        # thousands of tasks waiting for new machines, each is then one lookup.
+        self._unfit: set[tuple[int, bool]] = set()
 
     def place(self, task_slots: int, single_agent: bool) -> list[int] | None:
         """The agents the master gives a task of ``task_slots`` now, taking their slots;
         None when it must wait."""
+        ask = (task_slots, single_agent or task_slots <= 1)
+        if ask in self._unfit:
+            return None
+        agents = self._place(task_slots, ask[1])
+        if agents is None:
+            self._unfit.add(ask)
+        return agents
+
+    def _place(self, task_slots: int, single_agent: bool) -> list[int] | None:
         index = self._shared(task_slots)
         if index is not None:
             self._take(index, task_slots)
             return [index]
-        if single_agent or task_slots <= 1:
+        if single_agent:
             return None
         agents = self._dedicated(task_slots)
         for index in agents or ():
