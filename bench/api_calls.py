@@ -136,7 +136,9 @@ def offerings_config(image: str, subnets: list[str], types: list[str]) -> Config
         "max_instances": 100,
         "tag_key": TAG_KEY,
         "tag_value": TAG_VALUE,
-        "offerings": {"instance_types": types, "subnet_ids": subnets},
+        # Half the default cap in slots: machines to spare, so the cheapest shape (not a
+        # fallback for the cap's sake) is the first choice.
+        "offerings": {"instance_types": types, "subnet_ids": subnets, "max_slots": 400},
     }
     return config_from_document({"resource_pools": [{"pool_name": "a100", "provider": provider}]})
 
