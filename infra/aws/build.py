@@ -2,8 +2,9 @@
 
     build.py function SOURCE_DIR ARTIFACTS_DIR CONFIG_FILE
         A function package: SOURCE_DIR/*.py (the handlers), the dynagent package from
-        shared/, and CONFIG_FILE as dynagent.yaml (the template's DYNAGENT_CONFIG).
-        The config is checked first with dynagent's own loader.
+        shared/, and CONFIG_FILE's AWS pools as dynagent.yaml (the template's
+        DYNAGENT_CONFIG). They are checked first with dynagent's own loader; GCP pools
+        of the same file are left out, and named, for infra/gcp/deploy.sh.
     build.py layer ARTIFACTS_DIR PYTHON_VERSION PLATFORM...
         The dependency layer: requirements.txt as wheels for the Lambda runtime, under
         python/ (where Lambda puts a layer's Python packages on sys.path).
@@ -25,7 +26,7 @@ CONFIG_NAME = "dynagent.yaml"
 
 
 def build_function(source: Path, artifacts: Path, config: Path) -> None:
-    check_config(config)
+    packed = check_config(config)
     handlers = sorted(source.glob("*.py"))
     if not handlers:
         sys.exit(f"build.py: no handler module (*.py) in {source}")
@@ -39,28 +40,32 @@ def build_function(source: Path, artifacts: Path, config: Path) -> None:
     # in a Lambda: leave them out of the package.
     unused = ("gcp", "testing", "demo", "simulate", "bridge")
     shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", *unused))
-    shutil.copy2(config, artifacts / CONFIG_NAME)
+    if packed is None:
+        shutil.copy2(config, artifacts / CONFIG_NAME)
+    else:
+        (artifacts / CONFIG_NAME).write_text(packed)
     print(f"build.py: {', '.join(h.name for h in handlers)} + dynagent + {config} -> {artifacts}")
 
 
-def check_config(config: Path) -> None:
-    """Load the config as the functions will; fail the build on an error there."""
+def check_config(config: Path) -> str | None:
+    """Load the config's AWS pools as the functions will, failing the build on an error
+    there; return the config to pack (None: the file as it is, unchecked)."""
     if not config.is_file():
         sys.exit(f"build.py: config file {config} not found (set DYNAGENT_CONFIG_FILE)")
     sys.path.insert(0, str(PACKAGE.parent))
     try:
-        from dynagent.config import ConfigError, load_config
+        from dynagent.config import AwsProvider, ConfigError
+        from dynagent.packed_config import describe_left, pack_config
     except ImportError as error:
         # Only when SAM's Python lacks pydantic/PyYAML (`make sam` always has them).
         print(f"build.py: WARNING: config not checked ({error})", file=sys.stderr)
-        return
+        return None
     try:
-        loaded = load_config(config)
+        packed = pack_config(config, "aws")
     except ConfigError as error:
         sys.exit(f"build.py: {error}")
-    pairs = sorted(
-        {(pool.provider.tag_key, pool.provider.tag_value) for pool in loaded.pools.values()}
-    )
+    providers = [p.provider for p in packed.config.pools.values()]
+    pairs = sorted({(p.tag_key, p.tag_value) for p in providers if isinstance(p, AwsProvider)})
     if len(pairs) != 1:
         listed = ", ".join(f"{key}={value}" for key, value in pairs)
         sys.exit(
@@ -69,9 +74,12 @@ def check_config(config: Path) -> None:
         )
     key, value = pairs[0]
     print(
-        f"build.py: {config}: {len(loaded.pools)} pool(s), managed tag {key}={value}; "
-        f"deploy with ManagedTagKey={key} ManagedTagValue={value}"
+        f"build.py: {config}: AWS pool(s) {', '.join(packed.config.pools)}, managed tag "
+        f"{key}={value}; deploy with ManagedTagKey={key} ManagedTagValue={value}"
     )
+    if packed.left:
+        print(f"build.py: {config}: {describe_left(packed.left)}")
+    return packed.text
 
 
 def build_layer(artifacts: Path, python_version: str, platforms: list[str]) -> None:

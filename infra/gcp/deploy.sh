@@ -134,6 +134,8 @@ is_project_id() {
 
 POOL_NAMES=() POOL_PROJECTS=() POOL_ZONES=() POOL_PREFIXES=() POOL_LABELS=()
 PROJECTS_OF_POOLS=() AGENT_ACCOUNTS=() NEEDS_EXTERNAL_IP=0 NEEDS_TAGS=0
+# Pools of another cloud in the same config: left out, for their own deployment.
+LEFT_POOLS=()
 
 python_for_facts() {
   if [[ -n ${DYNAGENT_PYTHON:-} ]]; then
@@ -145,14 +147,22 @@ python_for_facts() {
   fi
 }
 
-read_pools() {
-  local facts kind name project zone prefix key value account external tags location
-  # dynagent's own loader checks the config as the functions will load it, with the
-  # same defaults for a pool's unset project and zone (see location_env).
+# dynagent's own loader checks the config as the functions will load it, with the
+# same defaults for a pool's unset project and zone (see location_env).
+pool_facts() {
+  local location
   IFS=, read -ra location <<<"$(location_env)"
-  facts=$(env "${location[@]}" "$(python_for_facts)" "$HERE/pool_facts.py" "$CONFIG") ||
-    die "the pool config $CONFIG cannot be deployed (see above)"
+  env "${location[@]}" "$(python_for_facts)" "$HERE/pool_facts.py" "$@"
+}
+
+read_pools() {
+  local facts kind name project zone prefix key value account external tags
+  facts=$(pool_facts "$CONFIG") || die "the pool config $CONFIG cannot be deployed (see above)"
   while IFS=$'\t' read -r kind name project zone prefix key value account external tags; do
+    if [[ $kind == left ]]; then
+      LEFT_POOLS+=("$name") # its next field is its cloud: aws, the only other
+      continue
+    fi
     [[ $kind == pool ]] || continue
     is_project_id "$project" || die "pool $name: project $project is not a project id"
     [[ $account == - || $account =~ ^[a-z0-9._-]+@[a-z0-9.-]+$ ]] ||
@@ -439,7 +449,8 @@ stage_source() {
     --exclude=dynagent/simulate -cf - dynagent) |
     (cd "$SOURCE" && tar -xf -)
   cp "$HERE/requirements.txt" "$SOURCE/requirements.txt"
-  cp "$CONFIG" "$SOURCE/dynagent.yaml"
+  # The config's GCP pools: the file itself, unless it also has AWS pools.
+  pool_facts --packed "$CONFIG" >"$SOURCE/dynagent.yaml" || die "could not stage $CONFIG"
   ((DRY_RUN)) && echo "# staged function source: $SOURCE"
   return 0
 }
@@ -594,6 +605,9 @@ summary() {
   for i in "${!POOL_NAMES[@]}"; do
     echo "# pool ${POOL_NAMES[i]}: ${POOL_PROJECTS[i]}/${POOL_ZONES[i]}," \
       "instances ${POOL_PREFIXES[i]}*, label ${POOL_LABELS[i]}"
+  done
+  for i in "${!LEFT_POOLS[@]}"; do
+    echo "# pool ${LEFT_POOLS[i]}: an AWS pool, left to \`make sam\` (infra/aws/README.md)"
   done
 }
 

@@ -1,19 +1,24 @@
 """What deploy.sh needs to know about the GCP pools, read with dynagent's own config loader.
 
     pool_facts.py CONFIG
+    pool_facts.py --packed CONFIG
 
-Checks CONFIG exactly as the functions will load it, then prints one tab-separated line
-per GCP pool, for the shell to read without evaluating anything:
+Checks CONFIG's GCP pools exactly as the functions will load them, then prints one
+tab-separated line per GCP pool, and one per pool of another cloud it leaves out, for
+the shell to read without evaluating anything:
 
     pool  NAME  PROJECT  ZONE  NAME_PREFIX  LABEL_KEY  LABEL_VALUE  SA_EMAIL  EXTERNAL_IP  TAGS
+    left  NAME  CLOUD
 
 SA_EMAIL is the agents' service account, or ``-`` when the pool sets none (the VMs then
 get no service account). EXTERNAL_IP and TAGS are ``yes``/``no``: whether launches give
 the VM an external address and network tags, which take IAM permissions of their own.
 
-A config that does not load, or has no GCP pool, exits with status 2 and the loader's
-message (it names the pool and field) on stderr. AWS pools are left out: they belong to
-the AWS deployment. Runs under the repository's Python (it imports dynagent from shared/).
+With ``--packed`` it prints the config to stage as the functions' dynagent.yaml instead:
+CONFIG itself, or its GCP pools alone when it also has AWS pools (those belong to the AWS
+deployment, and need nothing of this one). A config that does not load, or has no GCP
+pool, exits with status 2 and the loader's message (it names the pool and field) on
+stderr. Runs under the repository's Python (it imports dynagent from shared/).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from dynagent.config import ConfigError, GcpProvider, load_config
+from dynagent.config import ConfigError, GcpProvider
+from dynagent.packed_config import PackedConfig, pack_config
 
 
 @dataclass(frozen=True)
@@ -52,13 +58,12 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def gcp_pools(config_path: str) -> list[PoolFacts]:
-    """The GCP pools of a config, checked by dynagent.config; raises ConfigError."""
-    config = load_config(config_path).for_cloud("gcp")
+def gcp_pools(packed: PackedConfig) -> list[PoolFacts]:
+    """The facts of a config's GCP pools."""
     facts = []
-    for pool in config.pools.values():
+    for pool in packed.config.pools.values():
         provider = pool.provider
-        assert isinstance(provider, GcpProvider)  # for_cloud("gcp") keeps only these
+        assert isinstance(provider, GcpProvider)  # pack_config(..., "gcp") keeps only these
         facts.append(
             PoolFacts(
                 name=pool.name,
@@ -72,22 +77,27 @@ def gcp_pools(config_path: str) -> list[PoolFacts]:
                 network_tags=bool(provider.network_tags),
             )
         )
-    if not facts:
-        raise ConfigError(f"{config_path}: no pool has provider type gcp")
     return facts
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: pool_facts.py CONFIG", file=sys.stderr)
+    packed_only = argv[:1] == ["--packed"]
+    paths = argv[1:] if packed_only else argv
+    if len(paths) != 1:
+        print("usage: pool_facts.py [--packed] CONFIG", file=sys.stderr)
         return 2
     try:
-        facts = gcp_pools(argv[0])
+        packed = pack_config(paths[0], "gcp")
     except ConfigError as error:
         print(f"pool_facts.py: {error}", file=sys.stderr)
         return 2
-    for pool in facts:
+    if packed_only:
+        print(packed.text, end="")
+        return 0
+    for pool in gcp_pools(packed):
         print(pool.line())
+    for name, cloud in packed.left.items():
+        print("\t".join(("left", name, cloud)))
     return 0
 
 

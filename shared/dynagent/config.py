@@ -24,6 +24,7 @@ from dynagent.pools.gcp import LABEL_VALUE, GcpProvider
 
 __all__ = [
     "DETERMINED_POOL_KEYS",
+    "PROVIDER_TYPES",
     "AwsProvider",
     "Config",
     "ConfigError",

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra" / "gcp"
 SCRIPT = INFRA / "deploy.sh"
 EXAMPLE = INFRA / "dynagent.example.yaml"
+AWS_EXAMPLE = ROOT / "infra" / "aws" / "dynagent.example.yaml"
 
 PROJECT = "my-gpu-project"  # the example config's
 REGION = "us-central1"
@@ -573,9 +574,26 @@ def test_a_bad_config_fails_with_the_loaders_message(tmp_path: Path) -> None:
 
 
 def test_a_config_without_gcp_pools_is_refused(tmp_path: Path) -> None:
-    result = dry_run(tmp_path, config=ROOT / "infra" / "aws" / "dynagent.example.yaml")
+    result = dry_run(tmp_path, config=AWS_EXAMPLE)
     assert result.returncode == 2
-    assert "no pool has provider type gcp" in result.stderr
+    assert "no GCP pool to deploy here; AWS pools gpu, gpu-spot are left to `make sam`" in (
+        result.stderr
+    )
+
+
+def test_a_config_of_both_clouds_plans_only_its_gcp_pools(tmp_path: Path) -> None:
+    """The file `make sam` packs too: its AWS pools are named and left out."""
+    aws_pools = yaml.safe_load(AWS_EXAMPLE.read_text())["resource_pools"]
+    both = write_config(tmp_path / "pools.yaml", *aws_pools, gcp_pool("t4"))
+    result = dry_run(tmp_path, config=both)
+    assert result.returncode == 0, result.stderr
+    assert "# pool gpu: an AWS pool, left to `make sam`" in result.stdout
+    assert "# pool gpu-spot: an AWS pool, left to `make sam`" in result.stdout
+    assert "# pool t4: my-gpu-project/us-central1-a" in result.stdout
+    words = [word.replace(PROJECT, "") for command in result.commands for word in command]
+    assert not [word for word in words if "gpu" in word]
+    staged = yaml.safe_load((result.source / "dynagent.yaml").read_text())
+    assert [pool["pool_name"] for pool in staged["resource_pools"]] == ["t4"]
 
 
 def test_the_zone_guard_names_the_pool_outside_it(tmp_path: Path) -> None:
