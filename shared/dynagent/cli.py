@@ -12,23 +12,25 @@ from datetime import UTC, datetime
 from dynagent import status_command
 from dynagent.boot.master import master_address
 from dynagent.bridge import command as bridge_command
-from dynagent.config import AwsProvider, Config, ConfigError, load_config
+from dynagent.cli_errors import explain, reaching
+from dynagent.config import AwsProvider, Config, load_config
 from dynagent.durations import format_duration
 from dynagent.offerings import Catalog
 from dynagent.simulate import command as simulate_command
-from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
-
-EXIT_USAGE = 2
+from dynagent.snapshot import InvalidSnapshot, Snapshot, load_snapshot, parse_snapshot
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except (ConfigError, InvalidSnapshot, ValueError, KeyError) as error:
-        message = error.args[0] if isinstance(error, KeyError) else error
+    except Exception as error:
+        explained = explain(error)
+        if explained is None:
+            raise  # a bug: its traceback is what a report needs
+        message, code = explained
         print(f"dynagent: {message}", file=sys.stderr)
-        return EXIT_USAGE
+        return code
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -147,17 +149,22 @@ def _offerings(catalog: Catalog) -> list[str]:
 
 
 def _read_snapshot(source: str) -> Snapshot:
-    if source == "-":
+    """A snapshot file, or stdin for ``-``; errors name where it came from."""
+    if source != "-":
+        return load_snapshot(source)
+    try:
         return parse_snapshot(sys.stdin.read())
-    with open(source, "rb") as handle:
-        return parse_snapshot(handle.read())
+    except InvalidSnapshot as error:
+        raise InvalidSnapshot(f"stdin: {error}") from None
 
 
 def _publish(args: argparse.Namespace) -> int:
     from dynagent.publish import publisher_for
 
     snapshot = _read_snapshot(args.snapshot)
-    message_id = publisher_for(args.to, args.region).publish(snapshot)
+    kind = "topic" if args.to.startswith("projects/") else "queue"
+    with reaching(f"{kind} {args.to}"):
+        message_id = publisher_for(args.to, args.region).publish(snapshot)
     print(f"published {snapshot.dedup_id} as message {message_id}")
     return 0
 
@@ -173,7 +180,9 @@ def _plan(args: argparse.Namespace) -> int:
     pool = config.pool(args.pool or next(iter(config.pools)))
     snapshot = _read_snapshot(args.snapshot) if args.snapshot else None
     assert isinstance(pool.provider, AwsProvider)
-    fleet = Ec2Provider(pool, ec2_client(pool.provider.region), config.settings).observe()
+    with reaching(f"pool {pool.name}: EC2 in {pool.provider.region}"):
+        ec2 = ec2_client(pool.provider.region)
+        fleet = Ec2Provider(pool, ec2, config.settings).observe()
     plan = decide(pool, fleet, snapshot, datetime.now(UTC), config.settings)
     if args.json:
         print(json.dumps({"pool": pool.name, "actions": plan.describe()}, indent=2))

@@ -8,6 +8,7 @@ is harmless; a later one supersedes it.
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Final, Literal
 
@@ -133,6 +134,16 @@ def parse_snapshot(body: str | bytes) -> Snapshot:
         # crash of the handler that would take the rest of its batch down with it.
         raise InvalidSnapshot("not JSON: nested too deeply") from None
     return snapshot_from_document(document)
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """A snapshot file; InvalidSnapshot names the file (OSError when it cannot be read)."""
+    with open(path, "rb") as handle:
+        body = handle.read()
+    try:
+        return parse_snapshot(body)
+    except InvalidSnapshot as error:
+        raise InvalidSnapshot(f"{os.fspath(path)}: {error}") from None
 
 
 def snapshot_from_document(document: Any) -> Snapshot:
