@@ -136,8 +136,10 @@ def pool_status(
     summary: Summary | None,
     now: datetime,
     settings: Settings | None = None,
+    unread: str | None = None,
 ) -> dict[str, Any]:
-    """A JSON-ready view of one pool; ``render`` prints it.
+    """A JSON-ready view of one pool; ``render`` prints it. ``unread`` says why no summary
+    was read at all, and how to read one (None: it was looked for).
 
     The plan is what the next pass would do without a snapshot (as the sweep decides):
     a summary holds counts, not the agents a reconcile matches instances with, and a
@@ -195,6 +197,7 @@ def pool_status(
         "max_instances": provider.max_instances,
         "at_max": live >= provider.max_instances,
         "last_snapshot": last,
+        "last_snapshot_unread": unread if summary is None else None,
         "plan": {"basis": "no snapshot (as the next sweep)", "actions": plan.describe()},
     }
 
@@ -242,7 +245,9 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
     else:
         lines.append("  spot requests: none")
     last = status["last_snapshot"]
-    if last is None:
+    if last is None and status.get("last_snapshot_unread"):
+        lines.append(f"  last snapshot: not read ({status['last_snapshot_unread']})")
+    elif last is None:
         lines.append("  last snapshot: none recorded")
     else:
         stale = ", stale: is the master publishing?" if last["stale"] else ""

@@ -49,3 +49,10 @@ def test_paused_launches_show_until_when() -> None:
     assert any("launches paused until 2024-05-01T12:08:30Z" in line for line in lines)
     over = replace(summary, launches_paused_until=ago(1))
     assert not any("paused" in line for line in render(pool_status(pool(), fleet(), over, NOW)))
+
+
+def test_a_summary_not_looked_for_is_not_said_to_be_missing() -> None:
+    unread = render(pool_status(pool(), fleet(), None, NOW, unread="give --queue URL"))
+    assert "  last snapshot: not read (give --queue URL)" in unread
+    looked = render(pool_status(pool(), fleet(), None, NOW))
+    assert "  last snapshot: none recorded" in looked
