@@ -4,16 +4,14 @@ simulate, and bridge a Determined master to the queue."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
-from dynagent import status_command
+from dynagent import plan_command, status_command
 from dynagent.boot.master import master_address
 from dynagent.bridge import command as bridge_command
 from dynagent.cli_errors import explain, reaching
-from dynagent.config import AwsProvider, Config, load_config
+from dynagent.config import Config, load_config
 from dynagent.durations import format_duration
 from dynagent.offerings import Catalog
 from dynagent.simulate import command as simulate_command
@@ -62,12 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     publish.add_argument("--region", help="the queue's region, if its URL does not say")
     publish.set_defaults(run=_publish)
 
-    plan = commands.add_parser("plan", help="what a reconcile would do now, changing nothing")
-    plan.add_argument("--config", required=True)
-    plan.add_argument("--pool", help="pool name (default: the only pool)")
-    plan.add_argument("--snapshot", help="a snapshot JSON file to decide on (default: none)")
-    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
-    plan.set_defaults(run=_plan)
+    plan_command.add_parser(commands)
 
     demo = commands.add_parser("demo", help="a scripted day of a master, on a local cloud")
     demo.add_argument("--quiet", action="store_true", help="only the final fleet table")
@@ -166,30 +159,6 @@ def _publish(args: argparse.Namespace) -> int:
     with reaching(f"{kind} {args.to}"):
         message_id = publisher_for(args.to, args.region).publish(snapshot)
     print(f"published {snapshot.dedup_id} as message {message_id}")
-    return 0
-
-
-def _plan(args: argparse.Namespace) -> int:
-    from dynagent.aws.clients import ec2_client
-    from dynagent.aws.ec2 import Ec2Provider
-    from dynagent.decide import decide
-
-    config = load_config(args.config).for_cloud("aws")
-    if args.pool is None and len(config.pools) != 1:
-        raise ValueError(f"--pool is required: the config has {', '.join(config.pools)}")
-    pool = config.pool(args.pool or next(iter(config.pools)))
-    snapshot = _read_snapshot(args.snapshot) if args.snapshot else None
-    assert isinstance(pool.provider, AwsProvider)
-    with reaching(f"pool {pool.name}: EC2 in {pool.provider.region}"):
-        ec2 = ec2_client(pool.provider.region)
-        fleet = Ec2Provider(pool, ec2, config.settings).observe()
-    plan = decide(pool, fleet, snapshot, datetime.now(UTC), config.settings)
-    if args.json:
-        print(json.dumps({"pool": pool.name, "actions": plan.describe()}, indent=2))
-    else:
-        print(f"pool {pool.name}: {len(fleet.instances)} instances observed")
-        for line in plan.describe() or ["nothing to do"]:
-            print(f"  {line}")
     return 0
 
 

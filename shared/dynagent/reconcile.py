@@ -157,6 +157,18 @@ def apply_snapshot(
 ) -> Outcome:
     """Reconcile the snapshot's pool, unless the snapshot is too old to trust.
 
+    Raises InvalidSnapshot as ``check_snapshot`` does.
+    """
+    pool, skipped = check_snapshot(config, snapshot, now)
+    if skipped is not None:
+        # Its age is worth a metric: the queue is behind.
+        return Outcome(pool.name, seq=snapshot.seq, snapshot=snapshot, skipped=skipped)
+    return reconcile(pool, providers(pool), snapshot, now, config.settings, timer, launch_errors)
+
+
+def check_snapshot(config: Config, snapshot: Snapshot, now: datetime) -> tuple[Pool, str | None]:
+    """The snapshot's pool, and why a pass would skip the snapshot (None: it applies).
+
     Raises InvalidSnapshot for a pool the config does not manage, or a snapshot dated
     ahead of ``now`` by more than MAX_CLOCK_SKEW: no retry can make either applicable.
     """
@@ -173,14 +185,11 @@ def apply_snapshot(
         )
     limit = config.settings.max_snapshot_age
     if age > limit:
-        return Outcome(
-            pool.name,
-            seq=snapshot.seq,
-            snapshot=snapshot,  # its age is worth a metric: the queue is behind
-            skipped=f"snapshot is {format_duration(age)} old "
-            f"(max_snapshot_age {format_duration(limit)}); a newer one supersedes it",
+        return pool, (
+            f"snapshot is {format_duration(age)} old "
+            f"(max_snapshot_age {format_duration(limit)}); a newer one supersedes it"
         )
-    return reconcile(pool, providers(pool), snapshot, now, config.settings, timer, launch_errors)
+    return pool, None
 
 
 def sweep(

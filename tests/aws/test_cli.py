@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,15 @@ import pytest
 from dynagent.aws import clients
 from dynagent.cli import main
 
-from .helpers import fifo_queue, image_id, managed_instances, pool_document, snapshot, write_config
+from .helpers import (
+    fifo_queue,
+    image_id,
+    managed_instances,
+    now,
+    pool_document,
+    snapshot,
+    write_config,
+)
 
 
 @pytest.fixture
@@ -85,3 +95,69 @@ def test_plan_changes_nothing(
     out = capsys.readouterr().out
     assert out.count("launch 1 p4d.24xlarge on-demand ($32.77/h): pending tasks: trial") == 2
     assert managed_instances(ec2) == []
+
+
+def test_plan_decides_on_the_snapshots_pool_of_several(
+    env: None, ec2: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_config(
+        tmp_path / "c.yaml", pool_document(image_id(ec2)), pool_document(image_id(ec2), "b")
+    )
+    file = tmp_path / "s.json"
+    file.write_text(snapshot(3, pool="b", pending=[("trial", 8)]).to_json())
+    assert main(["plan", "--config", str(path), "--snapshot", str(file)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("pool b: 0 instances observed")
+    assert captured.err == ""
+
+
+@pytest.mark.parametrize(
+    ("age", "pool", "warning"),
+    [
+        (
+            timedelta(hours=2),
+            "a100",
+            # 2h, and a second or so: the clock went on.
+            "the functions would skip {file}: snapshot is 2h",
+        ),
+        (
+            -timedelta(hours=1),
+            "a100",
+            "the functions would refuse {file} as a dead letter: time: ",
+        ),
+        (
+            timedelta(0),
+            "other",
+            "the functions would refuse {file} as a dead letter: pool 'other' is not configured",
+        ),
+        (
+            timedelta(0),
+            "b",
+            "{file} is for pool 'b', not 'a100': the functions would apply it to 'b'",
+        ),
+    ],
+)
+def test_plan_warns_of_a_snapshot_the_functions_would_not_apply(
+    env: None,
+    ec2: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    age: timedelta,
+    pool: str,
+    warning: str,
+) -> None:
+    pools = pool_document(image_id(ec2)), pool_document(image_id(ec2), "b")
+    path = write_config(tmp_path / "c.yaml", *pools)
+    file = tmp_path / "s.json"
+    file.write_text(snapshot(3, pool=pool, pending=[("trial", 8)], time=now() - age).to_json())
+    argv = ["plan", "--config", str(path), "--pool", "a100", "--snapshot", str(file)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    warnings = captured.err.splitlines()
+    assert warnings[0].startswith(f"dynagent: warning: {warning.format(file=file)}")
+    assert warnings[1:] == ["dynagent: warning: the plan below decides on it all the same"]
+    assert "launch 1 p4d.24xlarge" in captured.out
+
+    assert main([*argv, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["warnings"][0].startswith(warning.format(file=file))
