@@ -78,6 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    """Each subcommand's parser, by name."""
+    for action in _parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def _validate(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     for line in describe_config(config):

@@ -1,0 +1,375 @@
+"""Every ``dynagent`` subcommand, given bad input: a short message, never a traceback.
+
+Each row runs the real command line, in this process through ``dynagent.cli.main`` or,
+where the row is about credentials or endpoints the SDKs resolve once per process, in a
+subprocess with an environment that has none. It must exit non-zero, print no
+traceback, and name what was wrong (the file, field, pool, queue, topic or endpoint) in
+at most two lines. The local AWS (moto) and local Compute and Pub/Sub topics stand in
+for the clouds where a row needs one to answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from dynagent import cli
+from dynagent.aws import clients as aws_clients
+from dynagent.gcp import clients as gcp_clients
+from dynagent.gcp.status import PUBSUB_ENDPOINT_ENV
+from dynagent.testing.functions_server import free_port
+
+if TYPE_CHECKING:
+    from dynagent.testing.aws import LocalAws
+    from dynagent.testing.gce import LocalCompute
+    from dynagent.testing.pubsub_topics import LocalPubSubTopics
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "dynagent-local"
+
+AWS_POOL = {
+    "pool_name": "gpu",
+    "provider": {
+        "type": "aws",
+        "region": "us-west-2",
+        "image_id": "ami-0123456789abcdef0",
+        "instance_type": "g5.2xlarge",
+        "max_instances": 2,
+        "master_url": "http://10.0.0.5:8080",
+    },
+}
+GCP_POOL = {
+    "pool_name": "t4",
+    "provider": {
+        "type": "gcp",
+        "project": PROJECT,
+        "zone": "us-central1-a",
+        "boot_disk_source_image": f"projects/{PROJECT}/global/images/agent",
+        "instance_type": {
+            "machine_type": "n1-standard-8",
+            "gpu_type": "nvidia-tesla-t4",
+            "gpu_num": 1,
+        },
+        "max_instances": 2,
+        "master_url": "http://10.128.0.2:8080",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One command line, and the words its message must hold."""
+
+    argv: tuple[str, ...]
+    says: tuple[str, ...]
+    # "": no cloud; "aws": the local AWS; "gcp": the local Compute and topics;
+    # "nowhere": credentials, and an AWS endpoint nothing listens on.
+    cloud: str = ""
+
+
+def row(command: str, *says: str, cloud: str = "") -> Row:
+    return Row(tuple(command.split()), says, cloud)
+
+
+# {name} is a file of ``inputs`` (or a URL of the local clouds); see ``fill``.
+ROWS = {
+    "no command": row("", "required: COMMAND"),
+    "unknown command": row("launch", "invalid choice: 'launch'"),
+    "validate: no file": row("validate {missing}", "{missing}", "No such file"),
+    "validate: not YAML": row("validate {not_yaml}", "{not_yaml}", "not valid YAML"),
+    "validate: a bad field": row(
+        "validate {bad_field}", "{bad_field}", "pool 'gpu'", "provider.max_instances"
+    ),
+    "validate: no argument": row("validate", "required: config"),
+    "master-config: no --config": row("master-config", "required: --config"),
+    "master-config: max_instances 0": row(
+        "master-config --config {zero_max}", "pool 'gpu'", "max_instances is 0"
+    ),
+    "publish: no file": row("publish {missing} --to {queue}", "{missing}", "No such file"),
+    "publish: a snapshot without seq": row(
+        "publish {no_seq} --to {queue}", "{no_seq}", "seq: Field required"
+    ),
+    "publish: a destination of no cloud": row(
+        "publish {snapshot} --to ftp://host/q", "'ftp://host/q'", "neither an SQS queue URL"
+    ),
+    "publish: a queue that does not exist": row(
+        "publish {snapshot} --to {queue}", "queue {queue}", "no such queue", cloud="aws"
+    ),
+    "plan: a --snapshot that does not exist": row(
+        "plan --config {aws} --snapshot {missing}", "{missing}", "No such file"
+    ),
+    "plan: a --snapshot without seq": row(
+        "plan --config {aws} --snapshot {no_seq}", "{no_seq}", "seq: Field required"
+    ),
+    "plan: several pools, no --pool": row("plan --config {mixed}", "--pool is required", "gpu, t4"),
+    "plan: an unknown pool": row(
+        "plan --config {aws} --pool a100", "pool 'a100' is not configured", "gpu"
+    ),
+    "demo: an unknown cloud": row("demo --cloud azure", "--cloud", "invalid choice: 'azure'"),
+    "status: no config file": row("status --config {missing}", "{missing}", "No such file"),
+    "status: an unknown pool": row("status --config {aws} --pool a100", "pool 'a100'"),
+    "status: a cloud without pools": row("status --config {aws} --cloud gcp", "no gcp pool"),
+    "status: a queue that does not exist": row(
+        "status --config {aws} --queue {queue}",
+        "pool gpu (aws) skipped",
+        "queue {queue}",
+        "no such queue",
+        cloud="aws",
+    ),
+    "status: a topic that does not exist": row(
+        "status --config {gcp} --topic {topic}",
+        "pool t4 (gcp) skipped",
+        "topic {topic}",
+        "does not exist",
+        cloud="gcp",
+    ),
+    "status: Compute out of reach": row(
+        "status --config {gcp}", "pool t4 (gcp) skipped", "cannot reach 127.0.0.1:{closed}"
+    ),
+    "simulate: no trace": row("simulate {missing}", "{missing}", "No such file"),
+    "simulate: a trace of unknown columns": row(
+        "simulate {bad_trace}", "{bad_trace}", "unknown columns"
+    ),
+    "simulate: no config file": row(
+        "simulate {trace} --config {missing}", "{missing}", "No such file"
+    ),
+    "bridge: no master": row("bridge --config {aws} --print", "--master is required"),
+    "bridge: no --to or --print": row(
+        "bridge --master http://m:8080 --config {aws}", "one of the arguments --to --print"
+    ),
+    "bridge: a token file that does not exist": row(
+        "bridge --master http://m:8080 --config {aws} --print --token-file {missing}",
+        "{missing}",
+        "No such file",
+    ),
+}
+
+# Rows about what the SDKs find in the environment: each in a process of its own.
+NO_AWS_CREDENTIALS = "no AWS credentials found: set AWS_PROFILE"
+NO_GOOGLE_CREDENTIALS = "no Google Cloud credentials found: run `gcloud auth"
+ISOLATED_ROWS = {
+    "plan: no AWS credentials": row("plan --config {aws}", "pool gpu", NO_AWS_CREDENTIALS),
+    "status: no AWS credentials": row(
+        "status --config {aws}", "pool gpu (aws) skipped", NO_AWS_CREDENTIALS
+    ),
+    "publish: no AWS credentials": row(
+        "publish {snapshot} --to https://sqs.us-west-2.amazonaws.com/123456789012/s.fifo",
+        "queue https://sqs.us-west-2.amazonaws.com/123456789012/s.fifo",
+        NO_AWS_CREDENTIALS,
+    ),
+    "plan: no Google credentials": row(
+        "plan --config {gcp}", "pool t4", "Compute Engine", NO_GOOGLE_CREDENTIALS
+    ),
+    "publish: no Google credentials": row(
+        f"publish {{snapshot}} --to projects/{PROJECT}/topics/snapshots",
+        f"topic projects/{PROJECT}/topics/snapshots",
+        NO_GOOGLE_CREDENTIALS,
+    ),
+    "plan: AWS out of reach": row(
+        "plan --config {aws}", "pool gpu", "cannot reach http://127.0.0.1:{closed}", cloud="nowhere"
+    ),
+}
+
+
+# --------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------
+
+
+def snapshot_document(pool: str = "gpu") -> dict[str, Any]:
+    now = datetime.now(UTC).isoformat()
+    return {"type": "pool.snapshot", "version": 1, "pool": pool, "seq": 1, "time": now}
+
+
+def write_yaml(path: Path, *pools: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump({"resource_pools": list(pools)}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The files the rows name, good and bad, and a port nothing listens on."""
+    folder = tmp_path_factory.mktemp("inputs")
+    no_seq = {k: v for k, v in snapshot_document().items() if k != "seq"}
+    bad_field = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instances": -1}}
+    zero_max = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instances": 0}}
+    files = {
+        "aws": write_yaml(folder / "aws.yaml", AWS_POOL),
+        "gcp": write_yaml(folder / "gcp.yaml", GCP_POOL),
+        "mixed": write_yaml(folder / "mixed.yaml", AWS_POOL, GCP_POOL),
+        "bad_field": write_yaml(folder / "bad-field.yaml", bad_field),
+        "zero_max": write_yaml(folder / "zero-max.yaml", zero_max),
+        "missing": str(folder / "missing.yaml"),
+    }
+    texts = {
+        "not_yaml": ("not.yaml", "resource_pools: [\n"),
+        "snapshot": ("snapshot.json", json.dumps(snapshot_document())),
+        "no_seq": ("no-seq.json", json.dumps(no_seq)),
+        "trace": ("trace.csv", "arrival_s,duration_s,gpus\n0,60,1\n"),
+        "bad_trace": ("bad.csv", "when,what\n0,1\n"),
+    }
+    for key, (name, text) in texts.items():
+        (folder / name).write_text(text)
+        files[key] = str(folder / name)
+    return {**files, "closed": str(free_port()), "topic": f"projects/{PROJECT}/topics/none"}
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    return text.format(**values) if "{" in text else text
+
+
+# --------------------------------------------------------------------------------------
+# The local clouds, for the rows that need one
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_gcp() -> Iterator[tuple[LocalCompute, LocalPubSubTopics]]:
+    from dynagent.testing.gce import LocalCompute
+    from dynagent.testing.pubsub_topics import LocalPubSubTopics
+
+    with LocalCompute(project=PROJECT) as compute, LocalPubSubTopics() as topics:
+        yield compute, topics
+
+
+@pytest.fixture
+def cloud_env(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, inputs: dict[str, str]
+) -> Iterator[dict[str, str]]:
+    """The environment a row's cloud needs, and the URLs it names. The SDK clients the
+    command caches are dropped before and after, so each row builds its own from this
+    environment, and no later test gets one."""
+    drop_cached_clients()
+    values = dict(inputs)
+    # The Compute rows without a local Compute reach a port nothing listens on.
+    monkeypatch.setenv("DYNAGENT_COMPUTE_ENDPOINT", f"http://127.0.0.1:{inputs['closed']}")
+    values["queue"] = "https://sqs.us-west-2.amazonaws.com/123456789012/missing.fifo"
+    cloud = request.param
+    if cloud == "aws":
+        aws: LocalAws = request.getfixturevalue("aws")
+        for name, value in aws.env().items():
+            monkeypatch.setenv(name, value)
+        values["queue"] = f"{aws.endpoint_url}/123456789012/missing.fifo"
+    elif cloud == "gcp":
+        compute, topics = request.getfixturevalue("local_gcp")
+        monkeypatch.setenv("DYNAGENT_COMPUTE_ENDPOINT", compute.endpoint)
+        monkeypatch.setenv(PUBSUB_ENDPOINT_ENV, topics.endpoint)
+    yield values
+    drop_cached_clients()
+
+
+def drop_cached_clients() -> None:
+    for cached in (aws_clients.ec2_client, aws_clients.sqs_client):
+        cached.cache_clear()
+    for cached in (gcp_clients.instances_client, gcp_clients.zone_operations_client):
+        cached.cache_clear()
+
+
+# --------------------------------------------------------------------------------------
+# The tables
+# --------------------------------------------------------------------------------------
+
+
+def check(code: int, out: str, err: str, says: tuple[str, ...], values: dict[str, str]) -> None:
+    assert code != 0, out
+    assert "Traceback" not in out + err
+    # The message: the lines that say what went wrong (argparse's usage aside).
+    message = [line for line in err.splitlines() if line.startswith("dynagent")]
+    assert 1 <= len(message) <= 2, err
+    for words in says:
+        assert fill(words, values) in "\n".join(message), err
+
+
+@pytest.mark.parametrize(
+    ("table_row", "cloud_env"),
+    [pytest.param(r, r.cloud, id=name) for name, r in ROWS.items()],
+    indirect=["cloud_env"],
+)
+def test_a_bad_input_is_a_short_message(
+    table_row: Row, cloud_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [fill(word, cloud_env) for word in table_row.argv]
+    try:
+        code = cli.main(argv)
+    except SystemExit as refused:  # argparse's own refusals
+        code = int(refused.code or 0)
+    captured = capsys.readouterr()
+    check(code, captured.out, captured.err, table_row.says, cloud_env)
+
+
+def no_credentials_env(**extra: str) -> dict[str, str]:
+    """This environment, with no way for boto3 or google-auth to find credentials."""
+    clouds = ("AWS_", "GOOGLE_", "CLOUDSDK_", "GCE_", "DYNAGENT_", "PUBSUB_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(clouds)}
+    nowhere = "/nonexistent/dynagent-test"
+    env.update(
+        AWS_SHARED_CREDENTIALS_FILE=nowhere,
+        AWS_CONFIG_FILE=nowhere,
+        AWS_EC2_METADATA_DISABLED="true",
+        CLOUDSDK_CONFIG=nowhere,
+        # Not on GCE: google-auth asks no metadata server (it would wait seconds for one).
+        NO_GCE_CHECK="true",
+        GCE_METADATA_HOST=f"127.0.0.1:{free_port()}",
+        GCE_METADATA_IP=f"127.0.0.1:{free_port()}",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "shared"), env.get("PYTHONPATH")])),
+    )
+    env.update(extra)
+    return env
+
+
+def run_dynagent(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "dynagent.cli", *argv]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("table_row", ISOLATED_ROWS.values(), ids=ISOLATED_ROWS.keys())
+def test_without_credentials_or_endpoint_a_short_message(
+    table_row: Row, inputs: dict[str, str]
+) -> None:
+    extra = {}
+    if table_row.cloud == "nowhere":
+        extra = {
+            "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+            "AWS_SECRET_ACCESS_KEY": "secret",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{inputs['closed']}",
+        }
+    argv = [fill(word, inputs) for word in table_row.argv]
+    done = run_dynagent(argv, no_credentials_env(**extra))
+    check(done.returncode, done.stdout, done.stderr, table_row.says, inputs)
+
+
+def test_every_subcommand_has_bad_inputs_in_the_tables() -> None:
+    commands = set(cli.subcommands())
+    assert len(commands) >= 8
+    tried = {r.argv[0] for r in (*ROWS.values(), *ISOLATED_ROWS.values()) if r.argv}
+    assert commands <= tried
+
+
+def test_an_aws_pool_needs_no_google_credentials(aws: LocalAws, inputs: dict[str, str]) -> None:
+    """A config of both clouds, where only AWS credentials are at hand: status shows the
+    AWS pool and names the GCP pool it skipped; with --cloud aws it is a success, and so
+    is plan of the AWS pool."""
+    env = no_credentials_env(**aws.env())
+    mixed = inputs["mixed"]
+    both = run_dynagent(["status", "--config", mixed], env)
+    assert both.returncode == 1
+    assert both.stdout.startswith("pool gpu (aws) at ")
+    assert "last snapshot: not read (give --queue" in both.stdout
+    [skipped] = both.stderr.splitlines()
+    assert skipped.startswith(
+        f"dynagent: pool t4 (gcp) skipped: Compute Engine: {NO_GOOGLE_CREDENTIALS}"
+    )
+    for argv in (["status", "--cloud", "aws"], ["plan", "--pool", "gpu"]):
+        done = run_dynagent([*argv, "--config", mixed], env)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
