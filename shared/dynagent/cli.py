@@ -1,21 +1,30 @@
-"""The ``dynagent`` command: validate a config, publish a snapshot, preview a plan, demo,
-simulate, and bridge a Determined master to the queue."""
+"""The ``dynagent`` command: its parser, and the subcommands too small for a module."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from dynagent import plan_command, status_command
 from dynagent.boot.master import master_address
 from dynagent.bridge import command as bridge_command
 from dynagent.cli_errors import explain, reaching
-from dynagent.config import Config, load_config
+from dynagent.config import AwsProvider, Config, ProviderConfig, load_config
 from dynagent.durations import format_duration
 from dynagent.offerings import Catalog
+from dynagent.prices import AWS_PRICES_REGION, GCE_PRICES_REGION
 from dynagent.simulate import command as simulate_command
 from dynagent.snapshot import InvalidSnapshot, Snapshot, load_snapshot, parse_snapshot
+
+DESCRIPTION = (
+    "dynagent scales Determined AI's GPU agents from serverless functions: the master's "
+    "pool snapshots in, a right-sized fleet out. These commands check a pool config, "
+    "preview and inspect what the functions do, replay a job trace, and bridge a master "
+    "to the functions."
+)
+EPILOG = "Run 'dynagent COMMAND --help' for the options of a command."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,11 +40,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default, unless its help already says it or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        # Identity, not equality: a default of 0 is worth showing, and 0 == False.
+        unset = any(default is nothing for nothing in (None, False, argparse.SUPPRESS))
+        unset = unset or default == []
+        said = "default" in text or f"({default}" in text
+        if unset or said or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dynagent", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="dynagent", description=DESCRIPTION, epilog=EPILOG, formatter_class=_HelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"dynagent {_version()}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    validate = commands.add_parser("validate", help="check a pool config file")
+    validate = commands.add_parser(
+        "validate",
+        help="check a pool config file",
+        description="Load a pool config with the functions' own checks and summarise each "
+        "pool: its machines and slots, bounds and periods, what it may buy at what price, "
+        "and what deserves a second look. An error names the pool and field.",
+    )
     validate.add_argument("config", help="YAML with resource_pools (Determined master.yaml form)")
     validate.set_defaults(run=_validate)
 
@@ -49,7 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     master.add_argument("--config", required=True, help="dynagent's pool config")
     master.set_defaults(run=_master_config)
 
-    publish = commands.add_parser("publish", help="send a snapshot to the autoscaler's queue")
+    publish = commands.add_parser(
+        "publish",
+        help="send a snapshot to the autoscaler's queue",
+        description="Send one pool snapshot (the JSON the bridge publishes) to the "
+        "functions' SQS FIFO queue or Pub/Sub topic, with the credentials of that cloud.",
+    )
     publish.add_argument("snapshot", nargs="?", default="-", help="JSON file, or - for stdin")
     publish.add_argument(
         "--to",
@@ -62,7 +100,12 @@ def _parser() -> argparse.ArgumentParser:
 
     plan_command.add_parser(commands)
 
-    demo = commands.add_parser("demo", help="a scripted day of a master, on a local cloud")
+    demo = commands.add_parser(
+        "demo",
+        help="a scripted day of a master, on a local cloud",
+        description="Run a scripted day of a Determined master's pool against local clouds "
+        "on this machine (nothing real is touched), and print what the functions did.",
+    )
     demo.add_argument("--quiet", action="store_true", help="only the final fleet table")
     demo.add_argument(
         "--cloud",
@@ -75,6 +118,9 @@ def _parser() -> argparse.ArgumentParser:
     status_command.add_parser(commands)
     simulate_command.add_parser(commands)
     bridge_command.add_parser(commands)
+    # Subcommands registered elsewhere show their defaults the same way.
+    for command in commands.choices.values():
+        command.formatter_class = _HelpFormatter
     return parser
 
 
@@ -84,6 +130,13 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
     return {}
+
+
+def _version() -> str:
+    try:
+        return version("dynagent")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -105,7 +158,7 @@ def describe_config(config: Config) -> list[str]:
     for pool in config.pools.values():
         p = pool.provider
         lines.append(
-            f"pool {pool.name}: {p.type} {p.shape}, {p.slots_per_instance} slots "
+            f"pool {pool.name}: {p.type} {p.shape}, {_count(p.slots_per_instance, 'slot')} "
             + ("at most, " if p.offerings is not None else "each, ")
             + f"{p.min_instances}..{p.max_instances} instances, "
             f"idle {format_duration(p.max_idle_agent_period)}, "
@@ -115,8 +168,10 @@ def describe_config(config: Config) -> list[str]:
         )
         if p.offerings is not None:
             lines += [f"  offers {line}" for line in _offerings(p.catalog())]
+            lines += [f"  {note}" for note in _price_source(p)]
         if p.warm_headroom_slots:
-            lines.append(f"  keeps {p.warm_headroom_slots} free slots warm on its smallest shape")
+            free = _count(p.warm_headroom_slots, "free slot")
+            lines.append(f"  keeps {free} warm on its smallest shape")
         lines += [f"  warning: {warning}" for warning in p.warnings()]
         master = master_address(p.master_url)
         if master.needs_resolving:
@@ -143,10 +198,35 @@ def _offerings(catalog: Catalog) -> list[str]:
     lines: dict[str, list[str]] = {}
     for offering in catalog.offerings:
         where = f"{offering.purchase.value}" + (f" in {offering.zone}" if offering.zone else "")
-        lines.setdefault(f"{offering.instance_type} ({offering.slots} slots)", []).append(
+        lines.setdefault(f"{offering.instance_type} ({_count(offering.slots, 'slot')})", []).append(
             f"{where} ${offering.price:.2f}/h"
         )
     return [f"{shape}: {', '.join(ways)}" for shape, ways in lines.items()]
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _price_source(provider: ProviderConfig) -> list[str]:
+    """Where the prices shown come from, when dynagent's list prices stand in for the
+    pool's own: they are one region's, which may not be the pool's."""
+    if isinstance(provider, AwsProvider):
+        region, listed = provider.region, AWS_PRICES_REGION
+    else:
+        region, listed = provider.zone.rsplit("-", 1)[0], GCE_PRICES_REGION
+    given = provider.offerings.prices if provider.offerings else {}
+    types = list(dict.fromkeys(o.instance_type for o in provider.catalog().offerings))
+    built_in = [t for t in types if t not in given]
+    if not built_in:
+        return []
+    which = "prices" if built_in == types else f"prices of {', '.join(built_in)}"
+    if region == listed:
+        return [f"{which}: dynagent's {listed} on-demand list prices"]
+    return [
+        f"{which}: dynagent's {listed} on-demand list prices, not {region}'s; set "
+        "offerings.prices to the pool's own"
+    ]
 
 
 def _read_snapshot(source: str) -> Snapshot:

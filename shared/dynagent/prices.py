@@ -10,6 +10,10 @@ matter more than cents; the README cites them.
 
 from __future__ import annotations
 
+# The regions the tables below are for: a pool elsewhere pays other prices.
+AWS_PRICES_REGION = "us-east-1"
+GCE_PRICES_REGION = "us-central1"
+
 AWS_ON_DEMAND: dict[str, float] = {
     "p2.xlarge": 0.90, "p2.8xlarge": 7.20, "p2.16xlarge": 14.40,
     "p3.2xlarge": 3.06, "p3.8xlarge": 12.24, "p3.16xlarge": 24.48, "p3dn.24xlarge": 31.212,

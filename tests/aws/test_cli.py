@@ -97,6 +97,25 @@ def test_plan_changes_nothing(
     assert managed_instances(ec2) == []
 
 
+def test_validate_says_slot_and_whose_prices_it_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    offerings = {"instance_types": ["g5.xlarge", "g5.12xlarge"], "prices": {"g5.12xlarge": 6.1}}
+    # REGION (us-west-2) is not the region of the built-in list prices.
+    document = pool_document("ami-0123456789abcdef0", instance_type="g5.xlarge")
+    path = write_config(tmp_path / "c.yaml", {**document, "provider": {
+        **document["provider"], "offerings": offerings}})  # fmt: skip
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "offers g5.xlarge (1 slot): on-demand $1.01/h" in out
+    assert "g5.12xlarge (4 slots): on-demand $6.10/h" in out
+    assert (
+        "prices of g5.xlarge: dynagent's us-east-1 on-demand list prices, not us-west-2's; "
+        "set offerings.prices to the pool's own"
+    ) in out
+    assert "1 slots" not in out
+
+
 def test_plan_decides_on_the_snapshots_pool_of_several(
     env: None, ec2: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
