@@ -242,19 +242,7 @@ class Ec2Provider:
 
     def _launch_fleet(self, plan: Plan, user_data: str) -> LaunchResult:
         """Each machine on its first offering EC2 has capacity for, via CreateFleet."""
-        launcher = FleetLauncher(
-            self.pool.name,
-            self.config,
-            self.ec2,
-            self.warm,
-            data=lambda: template_data(
-                self._launch_specification(),
-                user_data,
-                tags.instance_tags(self.config, self.pool.name),
-            ),
-            token=client_token,
-        )
-        call = launcher.call(plan.launch_key)
+        call = self.fleet_launcher(user_data).call(plan.launch_key)
 
         def remembered(offering: Offering, count: int) -> Attempt:
             attempt = call(offering, count)
@@ -274,15 +262,24 @@ class Ec2Provider:
         self._wait_visible(result.started, requests=False)
         return result
 
-    def _run_instances(self, count: int, launch_key: str, user_data: str) -> LaunchResult:
-        request = self._launch_specification()
-        request["TagSpecifications"] = self._tag_specifications(launch_key, ["instance", "volume"])
-        request["MetadataOptions"] = dict(METADATA_OPTIONS)
-        request["InstanceInitiatedShutdownBehavior"] = "terminate"
-        request["UserData"] = user_data
-        response = self.ec2.run_instances(
-            MinCount=1, MaxCount=count, ClientToken=client_token(launch_key), **request
+    def fleet_launcher(self, user_data: str) -> FleetLauncher:
+        """The CreateFleet side of launching this pool (``offerings``), with its template's
+        data built from ``user_data``."""
+        return FleetLauncher(
+            self.pool.name,
+            self.config,
+            self.ec2,
+            self.warm,
+            data=lambda: template_data(
+                self._launch_specification(),
+                user_data,
+                tags.instance_tags(self.config, self.pool.name),
+            ),
+            token=client_token,
         )
+
+    def _run_instances(self, count: int, launch_key: str, user_data: str) -> LaunchResult:
+        response = self.ec2.run_instances(**self.run_request(count, launch_key, user_data))
         for item in response["Instances"]:
             self._launched[item["InstanceId"]] = Instance(
                 id=item["InstanceId"],
@@ -294,21 +291,8 @@ class Ec2Provider:
         return LaunchResult(started=tuple(i["InstanceId"] for i in response["Instances"]))
 
     def _request_spot(self, plan: Plan, user_data: str) -> LaunchResult:
-        launch_key = plan.launch_key
-        specification = self._launch_specification()
-        specification["UserData"] = base64.b64encode(user_data.encode()).decode()
-        extra = {"SpotPrice": self.config.spot_max_price} if self.config.spot_max_price else {}
-        response = self.ec2.request_spot_instances(
-            InstanceCount=len(plan.launches),
-            Type="one-time",
-            # From the plan, not the clock: a retry must send the very same request.
-            ValidUntil=plan.launch_at + self.settings.spot_request_valid_for,
-            ClientToken=client_token(launch_key),
-            LaunchSpecification=specification,
-            TagSpecifications=self._tag_specifications(launch_key, ["spot-instances-request"]),
-            **extra,
-        )
-        requests = response["SpotInstanceRequests"]
+        request = self.spot_request(len(plan.launches), plan.launch_key, plan.launch_at, user_data)
+        requests = self.ec2.request_spot_instances(**request)["SpotInstanceRequests"]
         for item in requests:
             self._launched[item["SpotInstanceRequestId"]] = SpotRequest(
                 id=item["SpotInstanceRequestId"],
@@ -316,6 +300,51 @@ class Ec2Provider:
                 created_at=item.get("CreateTime") or self.clock(),
             )
         return LaunchResult(started=tuple(r["SpotInstanceRequestId"] for r in requests))
+
+    def run_request(
+        self, count: int, launch_key: str, user_data: str, offering: Offering | None = None
+    ) -> dict[str, Any]:
+        """RunInstances' arguments for ``count`` machines, as a launch sends them. With an
+        ``offering``, of that machine (its type, subnet and market) from the pool's
+        ``offerings``: what CreateFleet launches for it, as one RunInstances call."""
+        request = self._launch_specification()
+        if offering is not None:
+            self._place(request, offering)
+        request["TagSpecifications"] = self._tag_specifications(launch_key, ["instance", "volume"])
+        request["MetadataOptions"] = dict(METADATA_OPTIONS)
+        request["InstanceInitiatedShutdownBehavior"] = "terminate"
+        request["UserData"] = user_data
+        token = client_token(launch_key)
+        return {"MinCount": 1, "MaxCount": count, "ClientToken": token, **request}
+
+    def _place(self, request: dict[str, Any], offering: Offering) -> None:
+        """Put a RunInstances request on one offering, as a fleet override does."""
+        request["InstanceType"] = offering.instance_type
+        if offering.zone and "NetworkInterfaces" in request:
+            request["NetworkInterfaces"][0]["SubnetId"] = offering.zone
+        elif offering.zone:
+            request["SubnetId"] = offering.zone
+        if offering.purchase is Purchase.SPOT:
+            spot = {"MaxPrice": self.config.spot_max_price} if self.config.spot_max_price else {}
+            request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+
+    def spot_request(
+        self, count: int, launch_key: str, launch_at: datetime, user_data: str
+    ) -> dict[str, Any]:
+        """RequestSpotInstances' arguments for ``count`` machines, as a launch sends them."""
+        specification = self._launch_specification()
+        specification["UserData"] = base64.b64encode(user_data.encode()).decode()
+        extra = {"SpotPrice": self.config.spot_max_price} if self.config.spot_max_price else {}
+        return {
+            "InstanceCount": count,
+            "Type": "one-time",
+            # From the plan, not the clock: a retry must send the very same request.
+            "ValidUntil": launch_at + self.settings.spot_request_valid_for,
+            "ClientToken": client_token(launch_key),
+            "LaunchSpecification": specification,
+            "TagSpecifications": self._tag_specifications(launch_key, ["spot-instances-request"]),
+            **extra,
+        }
 
     def _launch_specification(self) -> dict[str, Any]:
         """What RunInstances and a spot request's LaunchSpecification share."""
@@ -376,9 +405,12 @@ class Ec2Provider:
         return specs
 
     def _user_data(self, plan: Plan) -> str:
+        return self.boot_script(dict(plan.master_addresses))
+
+    def boot_script(self, master_addresses: dict[str, str]) -> str:
         """The boot script (``dynagent.boot``), with the master's address the snapshot
         resolved; MasterUrlError when an alias in master_url stays unresolved."""
-        master = master_address(self.config.master_url).resolved(dict(plan.master_addresses))
+        master = master_address(self.config.master_url).resolved(master_addresses)
         boot = agent_boot(self.config, self.pool.name, machine_gpus(self.config), master)
         return render(boot, AGENT_ID_COMMAND, MACHINE_TYPE_COMMAND)
 

@@ -154,6 +154,11 @@ class FleetLauncher:
             )
         return self.warm.templates[key]
 
+    def existing_template(self) -> tuple[str, str] | None:
+        """The pool's template version for today's config if a launch made it already;
+        reads only."""
+        return self._find_version(template_name(self.config, self.pool), fingerprint(self.data()))
+
     def _find_version(self, name: str, print_: str) -> tuple[str, str] | None:
         try:
             pages = self.ec2.get_paginator("describe_launch_template_versions").paginate(
@@ -203,6 +208,29 @@ class FleetLauncher:
     def _create_fleet(
         self, template: tuple[str, str], launch_key: str, offering: Offering, count: int
     ) -> Attempt:
+        try:
+            response = self.ec2.create_fleet(
+                **self.fleet_request(template, launch_key, offering, count)
+            )
+        except ClientError as error:
+            code = _code(error)
+            if code == "IdempotentParameterMismatch":
+                return Attempt(replayed=True)
+            if code in CAPACITY_ERRORS:
+                return Attempt(out_of_capacity=True)
+            message = error.response.get("Error", {}).get("Message", "")
+            return Attempt(error=self._explain(code, f"{code}: {message}", offering))
+        attempt = _attempt(response, count)
+        if attempt.error is not None:
+            code = attempt.error.split(":", 1)[0]
+            return Attempt(attempt.started, error=self._explain(code, attempt.error, offering))
+        return attempt
+
+    def fleet_request(
+        self, template: tuple[str, str], launch_key: str, offering: Offering, count: int
+    ) -> dict[str, Any]:
+        """CreateFleet's arguments for ``count`` machines of one offering, from the
+        template version ``template`` (id, number)."""
         spot = offering.purchase is Purchase.SPOT
         override: dict[str, Any] = {"InstanceType": offering.instance_type}
         if offering.zone:
@@ -242,21 +270,7 @@ class FleetLauncher:
             request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
         else:
             request["OnDemandOptions"] = {"AllocationStrategy": "prioritized"}
-        try:
-            response = self.ec2.create_fleet(**request)
-        except ClientError as error:
-            code = _code(error)
-            if code == "IdempotentParameterMismatch":
-                return Attempt(replayed=True)
-            if code in CAPACITY_ERRORS:
-                return Attempt(out_of_capacity=True)
-            message = error.response.get("Error", {}).get("Message", "")
-            return Attempt(error=self._explain(code, f"{code}: {message}", offering))
-        attempt = _attempt(response, count)
-        if attempt.error is not None:
-            code = attempt.error.split(":", 1)[0]
-            return Attempt(attempt.started, error=self._explain(code, attempt.error, offering))
-        return attempt
+        return request
 
     def _explain(self, code: str, error: str, offering: Offering) -> str:
         """Name the config field behind an error the config can cause: a subnet EC2 does
