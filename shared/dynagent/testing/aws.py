@@ -51,6 +51,15 @@ runs, and only for that server's own moto account:
   first, and with a StartTime including the price in effect then. With no price set it
   returns nothing, so code must fall back to the on-demand price.
 
+* What ``dynagent doctor`` asks of an account, which moto lacks or answers for anyone:
+  launches with ``DryRun`` check the image and the caller's ``iam:PassRole`` on the
+  instance profile's role, and use no capacity or injected failure; SimulatePrincipalPolicy
+  evaluates the principal's identity policies; EC2's service-linked roles get AWS's names
+  (aws_iam.py). Service Quotas values for ``ec2``, spot placement scores and instance
+  types withheld from zones are set by tests (aws_account.py); a stack made from
+  template.yaml stands for its deployment (aws_stack.py). Each module's docstring says
+  where it is simpler than AWS.
+
 * SQS counts a message's size as SQS does: the body's UTF-8 bytes plus each message
   attribute's name, data type and value, against the queue's MaximumMessageSize (moto
   compares the body's length in characters only, so a message whose attributes push it
@@ -112,6 +121,8 @@ from moto.moto_server.werkzeug_app import (
 from moto.sqs.exceptions import InvalidParameterValue
 from moto.sqs.models import SQSBackend
 
+from dynagent.testing import aws_account, aws_iam, aws_stack
+from dynagent.testing.aws_account import AccountFacts
 from dynagent.testing.aws_fleet import (
     ON_DEMAND,
     SPOT,
@@ -277,6 +288,8 @@ class _Knobs:
     wire_faults: list[_WireFault] = field(default_factory=list)  # errors and late answers
     # Faults served so far, by kind ("error", "late", "hidden"); see LocalAws.faults_served.
     served: dict[str, int] = field(default_factory=dict)
+    # Service quotas, spot placement scores, types withheld from zones (aws_account.py).
+    facts: AccountFacts = field(default_factory=AccountFacts)
 
     def count(self, kind: str, n: int = 1) -> None:
         with _STATE_LOCK:
@@ -299,6 +312,15 @@ _STATE_LOCK = threading.RLock()
 
 def _knobs_for(account_id: str) -> _Knobs | None:
     return _OWNED.get(account_id)
+
+
+def _facts_for(account_id: str) -> AccountFacts | None:
+    knobs = _OWNED.get(account_id)
+    return None if knobs is None else knobs.facts
+
+
+def _owned(account_id: str) -> bool:
+    return account_id in _OWNED
 
 
 def _naive_utc(when: datetime) -> datetime:
@@ -612,10 +634,24 @@ def _run_site(response: Any) -> Site:
     return Site(instance_type or "m1.small", zone, SPOT if market == SPOT else ON_DEMAND)
 
 
+def _dry_run(response: Any, specification: str, run: Callable[[], Any]) -> Any:
+    """A launch with DryRun: EC2's checks of the image and of the caller's iam:PassRole
+    (aws_iam.py), then moto's DryRunOperation; no capacity or injected failure is used."""
+    _refuse_unknown_image(response.ec2_backend, response._get_param(f"{specification}ImageId"))
+    aws_iam.refuse_pass_role(
+        response,
+        response._get_param(f"{specification}IamInstanceProfile.Arn"),
+        response._get_param(f"{specification}IamInstanceProfile.Name"),
+    )
+    return run()
+
+
 def _run_instances(self: Any) -> Any:
     knobs = _knobs_for(self.current_account)
     if knobs is None:
         return _moto_run_instances(self)
+    if self._get_param("DryRun"):
+        return _dry_run(self, "", lambda: _moto_run_instances(self))
     scarcity = knobs.scarcity
 
     def launch() -> ActionResult:
@@ -671,6 +707,8 @@ def _request_spot_instances(self: Any) -> Any:
     knobs = _knobs_for(self.current_account)
     if knobs is None:
         return _moto_request_spot_instances(self)
+    if self._get_param("DryRun"):
+        return _dry_run(self, "LaunchSpecification.", lambda: _moto_request_spot_instances(self))
 
     def launch() -> ActionResult:
         image_id = self._get_param("LaunchSpecification.ImageId")
@@ -971,6 +1009,9 @@ _PATCHES: Final[tuple[tuple[type, str, object], ...]] = (
     (LaunchTemplates, "create_launch_template", _create_launch_template),
     (LaunchTemplates, "create_launch_template_version", _create_launch_template_version),
     (SQSBackend, "send_message", _sqs_send_message),
+    *aws_iam.patches(_owned),
+    *aws_account.patches(_facts_for),
+    *aws_stack.patches(_owned),
 )
 _MISSING: Final = object()
 _saved: list[tuple[type, str, object]] = []
@@ -1147,6 +1188,7 @@ class LocalAws(Service):
             self._knobs.scarcity.clear()
             self._knobs.wire_faults.clear()
             self._knobs.served.clear()
+            self._knobs.facts.clear()
 
     # -- knobs ----------------------------------------------------------------------
 
@@ -1283,6 +1325,34 @@ class LocalAws(Service):
         (also one that started some of its instances, then ran out)."""
         with _STATE_LOCK:
             return list(self._knobs.scarcity.refused_sites)
+
+    def set_service_quota(
+        self,
+        code: str,
+        value: float,
+        *,
+        region: str | None = None,
+        applied: bool = True,
+        name: str = "",
+    ) -> None:
+        """The value of EC2 Service Quota ``code`` (L-...) in ``region`` (default: the
+        server's): served by GetServiceQuota when ``applied``, else only by
+        GetAWSDefaultServiceQuota, as for an account that never changed it."""
+        quota = aws_account.Quota(float(value), applied, name)
+        with _STATE_LOCK:
+            self._knobs.facts.quotas[(region or self._region, code)] = quota
+
+    def set_spot_placement_score(self, instance_type: str, zone: str, score: int) -> None:
+        """GetSpotPlacementScores' score (1 to 10) for ``instance_type`` in ``zone``."""
+        if not 1 <= score <= 10:
+            raise ValueError("a spot placement score is 1 to 10")
+        with _STATE_LOCK:
+            self._knobs.facts.scores[(instance_type, zone)] = score
+
+    def withhold_instance_type(self, instance_type: str, zone: str) -> None:
+        """DescribeInstanceTypeOfferings no longer lists ``instance_type`` in ``zone``."""
+        with _STATE_LOCK:
+            self._knobs.facts.withheld.add((instance_type, zone))
 
     def set_instance_state(self, instance_id: str, state: str) -> None:
         """Put an instance into an EC2 state (say "pending": moto starts every instance

@@ -30,6 +30,7 @@ from moto.ec2.utils import (
 )
 
 from dynagent.gpus import AWS_GPUS_PER_INSTANCE
+from dynagent.testing.aws_iam import refuse_pass_role
 
 SPOT: Final = "spot"
 ON_DEMAND: Final = "on-demand"
@@ -498,6 +499,10 @@ def create_instant_fleet(response: Any, scarcity: Scarcity) -> dict[str, Any]:
     pools: list[_Pool] = []
     for config in configs:
         pools.extend(_pools(backend, config, len(pools)))
+    if response._get_param("DryRun"):
+        for pool in pools:
+            profile = pool.version.data.get("IamInstanceProfile") or {}
+            refuse_pass_role(response, profile.get("Arn"), profile.get("Name"))
     response.error_on_dryrun()
 
     target = response._get_param("TargetCapacitySpecification")
