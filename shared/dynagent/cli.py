@@ -12,6 +12,7 @@ from dynagent.boot.master import master_address
 from dynagent.bridge import command as bridge_command
 from dynagent.cli_errors import explain, reaching
 from dynagent.config import AwsProvider, Config, ProviderConfig, load_config
+from dynagent.doctor import command as doctor_command
 from dynagent.durations import format_duration
 from dynagent.offerings import Catalog
 from dynagent.prices import AWS_PRICES_REGION, GCE_PRICES_REGION
@@ -118,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     status_command.add_parser(commands)
     simulate_command.add_parser(commands)
     bridge_command.add_parser(commands)
+    doctor_command.add_parser(commands)
     # Subcommands registered elsewhere show their defaults the same way.
     for command in commands.choices.values():
         command.formatter_class = _HelpFormatter

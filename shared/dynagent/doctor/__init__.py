@@ -1,0 +1,12 @@
+"""``dynagent doctor``: read-only checks of a cloud account before the first launch.
+
+Each check is a function returning findings (``findings.Finding``: what, status, why,
+fix), grouped per cloud like the adapters (``doctor.aws``, ``doctor.gcp``); ``command``
+only runs them and prints them (``report``).
+"""
+
+from __future__ import annotations
+
+
+class CannotCheck(RuntimeError):
+    """Nothing of one cloud can be checked (no credentials, no endpoint): said in one line."""

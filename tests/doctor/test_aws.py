@@ -1,0 +1,388 @@
+"""``dynagent doctor`` on AWS: a well-formed account passes, and each thing a first launch
+would trip on is reported with its fix, against the local AWS (moto's server on loopback,
+boto3 over HTTP), through the real EC2, Service Quotas, IAM, CloudFormation and SQS APIs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+
+from dynagent.cli import main
+from dynagent.config import Config
+from dynagent.doctor.aws import AwsClients, check
+from dynagent.doctor.findings import Finding, Status
+from dynagent.testing.aws import LocalAws
+from dynagent.testing.aws_stack import deploy_stack
+
+from .aws_account import REGION, STACK, TAG_KEY, TAG_VALUE, Account, well_formed
+
+
+@pytest.fixture
+def account(aws: LocalAws) -> Account:
+    return well_formed(aws)
+
+
+def run(
+    account: Account, config: Config | None = None, stack: str | None = None, clients: Any = None
+) -> list[Finding]:
+    config = config or account.config()
+    aws = account.aws
+    made = clients or AwsClients(lambda service, region: aws.client(service, region))
+    return check(config, list(config.pools.values()), made, stack, REGION)
+
+
+def not_ok(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.status is not Status.OK and f.check != "aws.stack"]
+
+
+def only(findings: list[Finding], check: str, status: Status = Status.FAIL) -> Finding:
+    (found,) = [f for f in findings if f.check == check and f.status is status]
+    return found
+
+
+# --- A well-formed account ---------------------------------------------------------------
+
+
+def write_config(account: Account, tmp_path: Path, *pools: dict[str, Any]) -> str:
+    path = tmp_path / "pools.yaml"
+    path.write_text(yaml.safe_dump({"resource_pools": list(pools or account.pools())}))
+    return str(path)
+
+
+def test_a_well_formed_account_passes_every_check(
+    account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    for name, value in account.aws.env().items():
+        monkeypatch.setenv(name, value)
+    code = main(["doctor", "--config", write_config(account, tmp_path), "--stack", STACK])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert lines[-1] == f"{len(lines) - 1} passed, 0 failed, 0 warnings, 0 not checked"
+    assert all(line.startswith("✔ ") for line in lines[:-1])
+    # Every check ran: 8 offerings of train by CreateFleet, big by RunInstances, cheap by
+    # RequestSpotInstances; three roles, two findings each; both queues.
+    text = "\n".join(lines)
+    assert text.count("(CreateFleet)") == 8
+    assert "pool big: dry run of launching p4d.24xlarge" in text and "(RunInstances)" in text
+    assert "(RequestSpotInstances)" in text
+    assert text.count("stack dyn: role ") == 6 and text.count("queue: https://") == 2
+    for check_name in ("AMI", "offered in", "network", "vCPU quota", "placement scores",
+                       "AWSServiceRoleForEC2Spot"):  # fmt: skip
+        assert check_name in text
+
+
+def test_json_names_each_check_and_says_nothing_failed(
+    account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    for name, value in account.aws.env().items():
+        monkeypatch.setenv(name, value)
+    config = write_config(account, tmp_path, account.pool("big"))
+    assert main(["doctor", "--config", config, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["failed"] is False
+    statuses = {(c["check"], c["status"]) for c in report["checks"]}
+    assert statuses == {
+        ("aws.image", "ok"), ("aws.offered", "ok"), ("aws.network", "ok"), ("aws.quota", "ok"),
+        ("aws.dry_run", "ok"), ("aws.stack", "unknown"),
+    }  # fmt: skip
+    (stack,) = [c for c in report["checks"] if c["check"] == "aws.stack"]
+    assert stack["fix"] == "give the deployed stack's name: --stack NAME"
+
+
+def test_a_pool_with_offerings_that_never_launched_is_dry_run_as_run_instances(
+    account: Account,
+) -> None:
+    ec2 = account.aws.client("ec2")
+    for template in ec2.describe_launch_templates()["LaunchTemplates"]:
+        ec2.delete_launch_template(LaunchTemplateId=template["LaunchTemplateId"])
+    findings = run(account, account.config(account.pool("train")))
+    dry_runs = [f for f in findings if f.check == "aws.dry_run"]
+    assert len(dry_runs) == 8 and all(f.status is Status.OK for f in dry_runs)
+    assert all(f.what.endswith("(RunInstances)") for f in dry_runs)
+    assert not ec2.describe_instances()["Reservations"]  # a dry run launches nothing
+
+
+# --- Seeded failures, each with its fix -------------------------------------------------------
+
+
+def test_a_missing_ami_fails_naming_the_region(account: Account) -> None:
+    big = account.pool("big")
+    big["provider"]["image_id"] = "ami-0123456789abcdef0"
+    findings = run(account, account.config(big))
+    image = only(findings, "aws.image")
+    assert image.what == f"pool big: AMI ami-0123456789abcdef0 in {REGION}"
+    assert "no such image in this region" in image.why
+    assert "aws ec2 describe-images" in image.fix and "copy-image" in image.fix
+    dry_run = only(findings, "aws.dry_run")
+    assert dry_run.why.startswith("InvalidAMIID.NotFound")
+    assert [f.check for f in not_ok(findings)] == ["aws.image", "aws.dry_run"]
+
+
+def test_an_ami_of_another_architecture_fails(account: Account) -> None:
+    ec2 = account.aws.client("ec2")
+    arm = ec2.describe_images(Filters=[{"Name": "architecture", "Values": ["arm64"]}])["Images"]
+    big = account.pool("big")
+    big["provider"]["image_id"] = arm[0]["ImageId"]
+    image = only(run(account, account.config(big)), "aws.image")
+    assert image.why == "the image is arm64, which p4d.24xlarge cannot run"
+    assert image.fix == "use an image built for x86_64, or instance types that run arm64"
+
+
+def test_a_type_not_offered_in_a_subnets_zone_fails(account: Account) -> None:
+    account.aws.withhold_instance_type("g5.12xlarge", "us-west-2b")
+    findings = run(account, account.config(account.pool("train")))
+    (offered,) = not_ok(findings)
+    subnet_b = account.subnets["us-west-2b"]
+    assert offered.what.startswith("pool train: g5.12xlarge offered in ")
+    assert offered.why.startswith(f"not offered in {subnet_b} (us-west-2b); offered in us-west-2a")
+    assert offered.fix.startswith("give subnets in us-west-2a")
+    assert offered.fix.endswith("(offerings.subnet_ids), or drop g5.12xlarge")
+
+
+def test_a_quota_below_one_machine_fails_and_below_max_instances_warns(account: Account) -> None:
+    account.aws.set_service_quota("L-417A185B", 48)  # P On-Demand: p4d.24xlarge has 96
+    account.aws.set_service_quota("L-DB2E81BA", 96)  # G On-Demand: 4 x g5.12xlarge is 192
+    findings = run(account, account.config(account.pool("big"), account.pool("train")))
+    quota = only(findings, "aws.quota")
+    assert quota.what == f"pool big: On-Demand P vCPU quota in {REGION} (L-417A185B)"
+    assert quota.why == "48 vCPUs, one p4d.24xlarge needs 96"
+    assert quota.fix == (
+        "aws service-quotas request-service-quota-increase --service-code ec2 "
+        f"--quota-code L-417A185B --region {REGION} --desired-value 192"
+    )
+    warning = only(findings, "aws.quota", Status.WARN)
+    assert warning.what.startswith("pool train: On-Demand G and VT")
+    assert warning.why == "96 vCPUs: one g5.12xlarge (48) fits, max_instances 4 need 192"
+
+
+def test_a_quota_only_at_its_default_is_read_from_the_default(account: Account) -> None:
+    account.aws.set_service_quota("L-417A185B", 192, applied=False)
+    findings = run(account, account.config(account.pool("big")))
+    assert only(findings, "aws.quota", Status.OK).why == "192 vCPUs, 2 x p4d.24xlarge need 192"
+
+
+def test_a_quota_service_quotas_does_not_know_is_not_checked(aws: LocalAws) -> None:
+    account = well_formed(aws, quotas={})
+    findings = run(account, account.config(account.pool("big")))
+    quota = only(findings, "aws.quota", Status.UNKNOWN)
+    assert quota.why == "Service Quotas reports no value"
+    assert "--quota-code L-417A185B" in quota.fix
+
+
+def operator(aws: LocalAws, statements: list[dict[str, Any]]) -> AwsClients:
+    """Clients signed by an IAM user allowed only ``statements``."""
+    iam = aws.client("iam")
+    iam.create_user(UserName="operator")
+    policy = {"Version": "2012-10-17", "Statement": statements}
+    iam.put_user_policy(UserName="operator", PolicyName="doctor", PolicyDocument=json.dumps(policy))
+    key = iam.create_access_key(UserName="operator")["AccessKey"]
+    session = boto3.session.Session(
+        aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"]
+    )
+    return AwsClients(
+        lambda service, region: session.client(
+            service, region_name=region, endpoint_url=aws.endpoint_url
+        )
+    )
+
+
+EVERYTHING_BUT_IAM = [{"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"}]
+
+
+def test_pass_role_refused_by_the_dry_run_fails_every_launch_of_the_profile(
+    account: Account,
+) -> None:
+    clients = operator(account.aws, EVERYTHING_BUT_IAM)
+    findings = run(
+        account, account.config(account.pool("big"), account.pool("cheap")), None, clients
+    )
+    failed = not_ok(findings)
+    assert [f.what for f in failed] == [
+        f"pool big: dry run of launching p4d.24xlarge in {account.subnets['us-west-2b']} "
+        "(RunInstances)",
+        f"pool cheap: dry run of launching g4dn.xlarge in {account.subnets['us-west-2c']} "
+        "(RequestSpotInstances)",
+    ]
+    for finding in failed:
+        assert finding.why.startswith("UnauthorizedOperation: ")
+        assert f"iam:PassRole on resource: {account.agent_role}" in finding.why
+        assert "allow iam:PassRole on the profile's role to EC2" in finding.fix
+        assert "AgentInstanceProfileRoleArn" in finding.fix
+
+
+def test_pass_role_allowed_to_ec2_lets_the_dry_runs_pass(account: Account) -> None:
+    pass_role = {
+        "Effect": "Allow",
+        "Action": "iam:PassRole",
+        "Resource": account.agent_role,
+        "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+    }
+    clients = operator(account.aws, [*EVERYTHING_BUT_IAM, pass_role])
+    assert not_ok(run(account, account.config(account.pool("big")), None, clients)) == []
+
+
+@pytest.mark.parametrize("seeded", ["subnet in another region", "group in another VPC",
+                                    "subnets in two VPCs"])  # fmt: skip
+def test_a_network_of_another_region_or_vpc_fails(account: Account, seeded: str) -> None:
+    big = account.pool("big")
+    interface = big["provider"]["network_interface"]
+    if seeded == "subnet in another region":
+        east = account.aws.client("ec2", "us-east-1")
+        vpc = east.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+        interface["subnet_id"] = east.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24")["Subnet"][
+            "SubnetId"
+        ]
+        expected = f"{interface['subnet_id']} is not in {REGION} (another region's, or mistyped)"
+    elif seeded == "group in another VPC":
+        ec2 = account.aws.client("ec2")
+        default = ec2.describe_security_groups(GroupNames=["default"])["SecurityGroups"][0]
+        interface["security_group_id"] = default["GroupId"]
+        expected = f"{default['GroupId']} is in {default['VpcId']}, the subnets in {account.vpc}"
+    else:
+        ec2 = account.aws.client("ec2")
+        other = ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])
+        foreign = other["Subnets"][0]
+        big["provider"]["offerings"] = {
+            "instance_types": ["p4d.24xlarge"],
+            "subnet_ids": [account.subnets["us-west-2b"], foreign["SubnetId"]],
+        }
+        expected = (
+            f"the subnets span VPCs: {account.subnets['us-west-2b']} in {account.vpc}, "
+            f"{foreign['SubnetId']} in {foreign['VpcId']}"
+        )
+    network = only(run(account, account.config(big)), "aws.network")
+    assert expected in network.why.split("; ")
+    assert network.fix.startswith(f"name subnets and a security group of one VPC in {REGION}")
+
+
+def test_a_missing_spot_service_linked_role_fails(account: Account) -> None:
+    iam = account.aws.client("iam")
+    iam.delete_role(RoleName="AWSServiceRoleForEC2Spot")
+    findings = run(account, account.config(account.pool("cheap")))
+    role = only(findings, "aws.spot_role")
+    assert role.why == "the account has none, so every spot launch is refused"
+    assert role.fix == "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"
+    # Pools that buy no spot do not need it.
+    assert not_ok(run(account, account.config(account.pool("big")))) == []
+
+
+def test_spot_placement_scores_warn_when_low_and_are_unknown_when_absent(account: Account) -> None:
+    account.aws.set_spot_placement_score("g4dn.xlarge", "us-west-2c", 2)
+    low = only(run(account, account.config(account.pool("cheap"))), "aws.spot_score", Status.WARN)
+    assert low.why.startswith("2 in us-west-2c (of 10): spot requests for 3 machines")
+    cheap = account.pool("cheap")
+    cheap["provider"]["instance_type"] = "g6.xlarge"  # nothing scored
+    none = only(run(account, account.config(cheap)), "aws.spot_score", Status.UNKNOWN)
+    assert none.why == "EC2 gave no score for these types and zones"
+
+
+# --- The deployed stack ------------------------------------------------------------------
+
+
+ROLE_FUNCTIONS = [
+    ("ReconcileRole", "reconcile"),
+    ("SweepRole", "sweep"),
+    ("InterruptionRole", "interruption"),
+]
+
+
+def role_findings(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.check == "aws.role" and f.status is not Status.OK]
+
+
+def test_a_stack_without_the_agent_role_parameter_cannot_pass_it(account: Account) -> None:
+    parameters = {"ManagedTagKey": TAG_KEY, "ManagedTagValue": TAG_VALUE}
+    deploy_stack(account.aws.client("cloudformation"), "no-pass", parameters)
+    failed = role_findings(run(account, account.config(account.pool("big")), "no-pass"))
+    assert [f.what for f in failed] == [
+        f"stack no-pass: role {role} may do what the {function} function does"
+        for role, function in ROLE_FUNCTIONS
+    ]
+    for finding in failed:
+        assert finding.why == (
+            f"denied: pass the agents' role to EC2 (iam:PassRole on {account.agent_role})"
+        )
+        assert finding.fix.startswith("deploy the stack with AgentInstanceProfileRoleArn")
+
+
+def test_a_stack_for_another_tag_pair_may_not_touch_the_pools_instances(account: Account) -> None:
+    parameters = {"ManagedTagKey": TAG_KEY, "ManagedTagValue": "someone-elses",
+                  "AgentInstanceProfileRoleArn": account.agent_role}  # fmt: skip
+    deploy_stack(account.aws.client("cloudformation"), "other-pair", parameters)
+    failed = role_findings(run(account, account.config(account.pool("big")), "other-pair"))
+    assert len(failed) == 3
+    assert "terminate managed instances (ec2:TerminateInstances on " in failed[0].why
+    assert "RunInstances with the managed tag (ec2:RunInstances on " in failed[0].why
+    assert "ManagedTagKey and ManagedTagValue equal to the pools' tag_key" in failed[0].fix
+
+
+def test_a_role_that_may_terminate_anything_fails(account: Account) -> None:
+    iam = account.aws.client("iam")
+    resources = account.aws.client("cloudformation").describe_stack_resources(StackName=STACK)
+    sweep = next(r for r in resources["StackResources"] if r["LogicalResourceId"] == "SweepRole")
+    anything = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "ec2:TerminateInstances", "Resource": "*"}]}  # fmt: skip
+    iam.put_role_policy(
+        RoleName=sweep["PhysicalResourceId"],
+        PolicyName="oops",
+        PolicyDocument=json.dumps(anything),
+    )
+    (failed,) = role_findings(run(account, account.config(account.pool("big")), STACK))
+    assert failed.what == f"stack {STACK}: role SweepRole touches nothing without the managed tag"
+    assert failed.why == (
+        "allowed: terminate an untagged instance (ec2:TerminateInstances); "
+        "terminate someone else's instance (ec2:TerminateInstances)"
+    )
+
+
+def test_a_missing_stack_or_queue_fails(account: Account) -> None:
+    findings = run(account, account.config(account.pool("big")), "nope")
+    stack = only(findings, "aws.stack")
+    assert stack.why == "no such stack" and "--stack" in stack.fix
+    sqs = account.aws.client("sqs")
+    sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=f"{STACK}-dead-letters.fifo")["QueueUrl"])
+    queue = only(run(account, account.config(account.pool("big")), STACK), "aws.queue")
+    assert queue.what == f"stack {STACK}: dead-letter queue"
+    assert queue.fix == "deploy the stack again (sam deploy)"
+
+
+# --- The command ------------------------------------------------------------------------------
+
+
+def test_a_failed_check_makes_the_command_exit_1(
+    account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    for name, value in account.aws.env().items():
+        monkeypatch.setenv(name, value)
+    big = account.pool("big")
+    big["provider"]["image_id"] = "ami-0123456789abcdef0"
+    assert main(["doctor", "--config", write_config(account, tmp_path, big)]) == 1
+    out = capsys.readouterr().out
+    assert f"✘ pool big: AMI ami-0123456789abcdef0 in {REGION}: no such image" in out
+    assert "? stack: the functions' roles and queues: not checked" in out
+
+
+def test_without_credentials_one_line_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    config = tmp_path / "pools.yaml"
+    pool = {"pool_name": "p", "provider": {"type": "aws", "region": REGION,
+            "image_id": "ami-0123456789abcdef0", "instance_type": "g5.xlarge"}}  # fmt: skip
+    config.write_text(yaml.safe_dump({"resource_pools": [pool]}))
+    assert main(["doctor", "--config", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        "dynagent doctor: no AWS credentials: set AWS_PROFILE (or AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY), or run `aws configure`"
+    ]
