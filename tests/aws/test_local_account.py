@@ -15,8 +15,6 @@ from botocore.exceptions import ClientError
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.aws_stack import deploy_stack
 
-from .helpers import image_id
-
 INSTANCE = "arn:aws:ec2:us-west-2:123456789012:instance/i-0123456789abcdef0"
 
 
@@ -108,7 +106,7 @@ def test_a_dry_run_checks_pass_role_and_leaves_capacity_alone(aws: LocalAws, ec2
         aws_secret_access_key=key["SecretAccessKey"],
     )
     aws.fail_next_launch("g5.xlarge", "VcpuLimitExceeded")
-    request = {"ImageId": image_id(ec2), "InstanceType": "g5.xlarge", "MinCount": 1,
+    request = {"ImageId": aws.image_id(), "InstanceType": "g5.xlarge", "MinCount": 1,
                "MaxCount": 1, "IamInstanceProfile": {"Name": "agent"}, "DryRun": True}  # fmt: skip
     with pytest.raises(ClientError) as refused:
         op.run_instances(**request)
