@@ -39,6 +39,10 @@ What it serves, with the real API's semantics:
   machine/accelerator type URLs, a boot disk, metadata sizes, and the scheduling rules
   the API enforces for Spot and GPU VMs. A typo in our request fails here, not in prod.
 
+Read-only resources a project offers besides VMs (images, machine and accelerator types,
+region and project quotas, networks and subnetworks) are served from ``catalog``, which
+tests fill: gce_catalog.py says how, and where it is simpler than Compute Engine.
+
 Knobs the API has no call for: make the next inserts' operations fail (QUOTA_EXCEEDED,
 ZONE_RESOURCE_POOL_EXHAUSTED, ...; a failed insert leaves no instance), hold operations
 RUNNING for a number of polls (with a failing insert: an insert that fails late), set an
@@ -116,6 +120,8 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from dynagent.testing import gce_catalog
+from dynagent.testing.gce_catalog import Catalog
 from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
 
 if TYPE_CHECKING:
@@ -1059,6 +1065,8 @@ class _State:
     faults_served: int = 0
     created: list[str] = field(default_factory=list)  # names, in the order inserts landed
     refused: list[Offering] = field(default_factory=list)  # capacity refusals, in order
+    # Images, machine and accelerator types, quotas, networks: gce_catalog.py.
+    catalog: Catalog = field(default_factory=Catalog)
 
 
 class _Admission(NamedTuple):
@@ -1092,7 +1100,19 @@ class FakeCompute:
         }
         if request.zone:
             self.state.zones.add(request.zone)
+        if api_method in gce_catalog.METHODS:
+            return self.read_catalog(api_method, request)
         return handlers[api_method](request)
+
+    def read_catalog(self, api_method: str, request: ApiRequest) -> JsonObject:
+        try:
+            return self.state.catalog.read(
+                api_method, request.project, request.zone, dict(request.path)
+            )
+        except gce_catalog.Missing as missing:
+            raise ApiError(404, "notFound", str(missing)) from None
+        except gce_catalog.Forbidden as forbidden:
+            raise ApiError(403, "forbidden", str(forbidden)) from None
 
     def new_id(self) -> str:
         return str(next(self._ids))
@@ -1579,6 +1599,10 @@ _ROUTES: Final = Map(
             methods=["POST"],
             endpoint="zoneOperations.wait",
         ),
+        *(
+            Rule(f"/compute/v1/{path}", methods=["GET"], endpoint=method)
+            for path, method in gce_catalog.ROUTES
+        ),
     ],
     strict_slashes=False,
     merge_slashes=False,
@@ -1792,6 +1816,12 @@ class LocalCompute(Service):
         """Forget every instance and operation, and turn the knobs back off."""
         with self._compute.lock:
             self._compute.state = _State()
+
+    @property
+    def catalog(self) -> Catalog:
+        """Images, machine and accelerator types, quotas and networks, to arrange
+        (gce_catalog.py); reset() empties it."""
+        return self._compute.state.catalog
 
     def instance(self, name: str, zone: str | None = None) -> JsonObject:
         """The instance as ``instances.get`` returns it (a copy); KeyError if there is none."""
