@@ -16,7 +16,7 @@ from dynagent.config import Config, Pool, load_config
 from dynagent.doctor import CannotCheck
 
 from . import report
-from .findings import Finding, unknown
+from .findings import Finding
 
 EXIT_CANNOT_CHECK = 2
 
@@ -82,9 +82,9 @@ def examine(
         from .aws_environment import check_aws
 
         findings += check_aws(config, aws, stack)
-    findings += [
-        unknown("gcp", f"pool {pool.name}", "GCP pools are not checked yet")
-        for pool in pools
-        if pool.provider.type == "gcp"
-    ]
+    gcp = [pool for pool in pools if pool.provider.type == "gcp"]
+    if gcp:
+        from .gcp_environment import check_gcp
+
+        findings += check_gcp(gcp, project, name)
     return findings
