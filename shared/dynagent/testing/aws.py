@@ -121,8 +121,8 @@ from moto.moto_server.werkzeug_app import (
 from moto.sqs.exceptions import InvalidParameterValue
 from moto.sqs.models import SQSBackend
 
-from dynagent.testing import aws_account, aws_iam, aws_stack
-from dynagent.testing.aws_account import AccountFacts
+from dynagent.testing.aws_account import AccountFacts, Quota
+from dynagent.testing.aws_account import patches as account_patches
 from dynagent.testing.aws_fleet import (
     ON_DEMAND,
     SPOT,
@@ -135,6 +135,9 @@ from dynagent.testing.aws_fleet import (
     launch_error,
     zone_of,
 )
+from dynagent.testing.aws_iam import patches as iam_patches
+from dynagent.testing.aws_iam import refuse_pass_role
+from dynagent.testing.aws_stack import patches as stack_patches
 from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, QuietHandler, Service
 
 DEFAULT_REGION: Final = "us-west-2"
@@ -638,7 +641,7 @@ def _dry_run(response: Any, specification: str, run: Callable[[], Any]) -> Any:
     """A launch with DryRun: EC2's checks of the image and of the caller's iam:PassRole
     (aws_iam.py), then moto's DryRunOperation; no capacity or injected failure is used."""
     _refuse_unknown_image(response.ec2_backend, response._get_param(f"{specification}ImageId"))
-    aws_iam.refuse_pass_role(
+    refuse_pass_role(
         response,
         response._get_param(f"{specification}IamInstanceProfile.Arn"),
         response._get_param(f"{specification}IamInstanceProfile.Name"),
@@ -1009,9 +1012,9 @@ _PATCHES: Final[tuple[tuple[type, str, object], ...]] = (
     (LaunchTemplates, "create_launch_template", _create_launch_template),
     (LaunchTemplates, "create_launch_template_version", _create_launch_template_version),
     (SQSBackend, "send_message", _sqs_send_message),
-    *aws_iam.patches(_owned),
-    *aws_account.patches(_facts_for),
-    *aws_stack.patches(_owned),
+    *iam_patches(_owned),
+    *account_patches(_facts_for),
+    *stack_patches(_owned),
 )
 _MISSING: Final = object()
 _saved: list[tuple[type, str, object]] = []
@@ -1338,7 +1341,7 @@ class LocalAws(Service):
         """The value of EC2 Service Quota ``code`` (L-...) in ``region`` (default: the
         server's): served by GetServiceQuota when ``applied``, else only by
         GetAWSDefaultServiceQuota, as for an account that never changed it."""
-        quota = aws_account.Quota(float(value), applied, name)
+        quota = Quota(float(value), applied, name)
         with _STATE_LOCK:
             self._knobs.facts.quotas[(region or self._region, code)] = quota
 

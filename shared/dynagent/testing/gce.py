@@ -120,8 +120,9 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from dynagent.testing import gce_catalog
-from dynagent.testing.gce_catalog import Catalog
+from dynagent.testing.gce_catalog import METHODS as CATALOG_METHODS
+from dynagent.testing.gce_catalog import ROUTES as CATALOG_ROUTES
+from dynagent.testing.gce_catalog import Catalog, Forbidden, Missing
 from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
 
 if TYPE_CHECKING:
@@ -1100,7 +1101,7 @@ class FakeCompute:
         }
         if request.zone:
             self.state.zones.add(request.zone)
-        if api_method in gce_catalog.METHODS:
+        if api_method in CATALOG_METHODS:
             return self.read_catalog(api_method, request)
         return handlers[api_method](request)
 
@@ -1109,9 +1110,9 @@ class FakeCompute:
             return self.state.catalog.read(
                 api_method, request.project, request.zone, dict(request.path)
             )
-        except gce_catalog.Missing as missing:
+        except Missing as missing:
             raise ApiError(404, "notFound", str(missing)) from None
-        except gce_catalog.Forbidden as forbidden:
+        except Forbidden as forbidden:
             raise ApiError(403, "forbidden", str(forbidden)) from None
 
     def new_id(self) -> str:
@@ -1601,7 +1602,7 @@ _ROUTES: Final = Map(
         ),
         *(
             Rule(f"/compute/v1/{path}", methods=["GET"], endpoint=method)
-            for path, method in gce_catalog.ROUTES
+            for path, method in CATALOG_ROUTES
         ),
     ],
     strict_slashes=False,
