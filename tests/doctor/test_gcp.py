@@ -92,14 +92,14 @@ def test_a_gpu_quota_of_zero_fails_and_one_below_max_instances_warns(project: Pr
         Status.FAIL,
         "pool t4: GPU quota NVIDIA_T4_GPUS in us-central1",
     )
-    assert zero.why == "0 GPUs, one machine needs 4"
+    assert zero.why == "0 GPUs, one n1-standard-8 needs 4"
     assert (
         zero.fix
         == "request 12 GPUs of NVIDIA_T4_GPUS in us-central1 (console: IAM & Admin > Quotas)"
     )
     assert (low.status, low.why) == (
         Status.WARN,
-        "2 GPUs: one machine (1) fits, max_instances 4 need 4",
+        "2 GPUs: one g2-standard-8 (1) fits, max_instances 4 need 4",
     )
 
 
@@ -111,7 +111,7 @@ def test_spot_without_preemptible_quota_draws_on_the_standard_one(project: Proje
     findings = run(project, project.config(l4), None)
     (zero,) = not_ok(findings)[:1]
     assert zero.what == "pool l4: GPU quota PREEMPTIBLE_NVIDIA_L4_GPUS in europe-west4"
-    assert zero.why == "0 GPUs, one machine needs 1"
+    assert zero.why == "0 GPUs, one g2-standard-8 needs 1"
     project.compute.catalog.set_quota(PROJECT, "NVIDIA_L4_GPUS", 4, region="europe-west4")
     quota = next(f for f in run(project, project.config(l4), None) if f.check == "gcp.quota")
     assert quota.status is Status.OK

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -60,10 +61,17 @@ def deploy_stack(
     """Create stack ``name`` with these parameter values (a boto3 CloudFormation client)."""
     cloudformation.create_stack(
         StackName=name,
-        TemplateBody=json.dumps(stack_template(path)),
+        TemplateBody=_body(path),
         Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
         Capabilities=["CAPABILITY_IAM"],
     )
+
+
+@cache
+def _body(path: Path) -> str:
+    """The stack template as JSON, read once: parsing template.yaml costs a tenth of a
+    second, and tests deploy it many times."""
+    return json.dumps(stack_template(path))
 
 
 def patches(owned: Callable[[str], bool]) -> tuple[tuple[type, str, object], ...]:

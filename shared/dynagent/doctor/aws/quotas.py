@@ -14,7 +14,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from dynagent.config import Pool
-from dynagent.doctor.findings import Finding, fail, ok, unknown, warn
+from dynagent.doctor.capacity import covers
+from dynagent.doctor.findings import Finding, fail, unknown
 from dynagent.offerings import Purchase
 
 from . import shape
@@ -111,14 +112,4 @@ def _one(
     )
     if value is None:
         return unknown("aws.quota", what, "Service Quotas reports no value", ask)
-    have = f"{value:g} vCPUs"
-    if value < vcpus:
-        return fail("aws.quota", what, f"{have}, one {name} needs {vcpus}", ask)
-    if value < full:
-        return warn(
-            "aws.quota",
-            what,
-            f"{have}: one {name} ({vcpus}) fits, max_instances {p.max_instances} need {full}",
-            ask,
-        )
-    return ok("aws.quota", what, f"{have}, {p.max_instances} x {name} need {full}")
+    return covers("aws.quota", what, value, "vCPUs", name, vcpus, p.max_instances, ask)
