@@ -62,8 +62,11 @@ def _type_offered(
             "check the name (aws ec2 describe-instance-types), or use a region that has it",
         )
     zones = view.zones_offering(name)
-    missing = [f"{i} ({s['AvailabilityZone']})" for i, s in subnets.items()
-               if s["AvailabilityZone"] not in zones]  # fmt: skip
+    missing = [
+        f"{i} ({s['AvailabilityZone']})"
+        for i, s in subnets.items()
+        if s["AvailabilityZone"] not in zones
+    ]
     if not zones or missing:
         elsewhere = ", ".join(sorted(zones)) or "no zone"
         return fail(

@@ -27,13 +27,7 @@ def network(pool: Pool, view: Ec2View) -> Finding:
     if not subnet_ids and group_ids:
         default = view.default_vpc()
         vpcs = {"the default subnets": default} if default else {}
-    if len(set(vpcs.values())) > 1:
-        spread = ", ".join(f"{i} in {vpc}" for i, vpc in vpcs.items())
-        problems.append(f"the subnets span VPCs: {spread}")
-    home = next(iter(set(vpcs.values())), None)
-    for group_id, found in groups.items():
-        if found is not None and home and found["VpcId"] != home:
-            problems.append(f"{group_id} is in {found['VpcId']}, the subnets in {home}")
+    problems += _vpc_problems(vpcs, groups)
     if problems:
         return fail(
             "aws.network",
@@ -42,4 +36,18 @@ def network(pool: Pool, view: Ec2View) -> Finding:
             f"name subnets and a security group of one VPC in {p.region} "
             "(network_interface, offerings.subnet_ids): EC2 refuses a launch that mixes them",
         )
+    home = next(iter(vpcs.values()), None)
     return ok("aws.network", what, f"in {home}" if home else "")
+
+
+def _vpc_problems(vpcs: dict[str, str], groups: dict[str, dict[str, str] | None]) -> list[str]:
+    """The subnets (``vpcs``: subnet -> VPC) share one VPC, and the groups are in it."""
+    if len(set(vpcs.values())) > 1:
+        spread = ", ".join(f"{i} in {vpc}" for i, vpc in vpcs.items())
+        return [f"the subnets span VPCs: {spread}"]
+    home = next(iter(vpcs.values()), None)
+    return [
+        f"{group_id} is in {found['VpcId']}, the subnets in {home}"
+        for group_id, found in groups.items()
+        if found is not None and home and found["VpcId"] != home
+    ]

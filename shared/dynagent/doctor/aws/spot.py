@@ -42,20 +42,7 @@ def placement_scores(pool: Pool, view: Ec2View) -> Finding:
     p = shape.provider(pool)
     types = list(shape.instance_types(pool))
     what = f"{shape.label(pool)}: spot placement scores of {', '.join(types)} in {p.region}"
-    answer = view.ec2.get_spot_placement_scores(
-        InstanceTypes=types,
-        TargetCapacity=max(1, p.max_instances),
-        SingleAvailabilityZone=True,
-        RegionNames=[p.region],
-    )
-    names = view.zone_names()
-    scores = {
-        names.get(s.get("AvailabilityZoneId", ""), s.get("AvailabilityZoneId", "")): int(s["Score"])
-        for s in answer.get("SpotPlacementScores", [])
-    }
-    subnets = view.subnets(shape.subnet_ids(pool)).values()
-    zones = {s["AvailabilityZone"] for s in subnets if s is not None}
-    scores = {zone: score for zone, score in scores.items() if not zones or zone in zones}
+    scores = _scores(pool, view, types)
     if not scores:
         return unknown("aws.spot_score", what, "EC2 gave no score for these types and zones")
     said = ", ".join(f"{score} in {zone}" for zone, score in sorted(scores.items()))
@@ -68,3 +55,23 @@ def placement_scores(pool: Pool, view: Ec2View) -> Finding:
             "offer more instance types or subnets in more zones (offerings), or on-demand",
         )
     return ok("aws.spot_score", what, f"{said} (of 10)")
+
+
+def _scores(pool: Pool, view: Ec2View, types: list[str]) -> dict[str, int]:
+    """Score by zone name, for the pool's subnets' zones (any zone without subnets)."""
+    p = shape.provider(pool)
+    answer = view.ec2.get_spot_placement_scores(
+        InstanceTypes=types,
+        TargetCapacity=max(1, p.max_instances),
+        SingleAvailabilityZone=True,
+        RegionNames=[p.region],
+    )
+    names = view.zone_names()
+    subnets = view.subnets(shape.subnet_ids(pool)).values()
+    zones = {s["AvailabilityZone"] for s in subnets if s is not None}
+    scores = {}
+    for entry in answer.get("SpotPlacementScores", []):
+        zone = names.get(entry.get("AvailabilityZoneId", ""), "")
+        if zone and (not zones or zone in zones):
+            scores[zone] = int(entry["Score"])
+    return scores

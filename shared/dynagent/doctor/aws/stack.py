@@ -9,6 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from dynagent.aws.ec2 import error_code
 from dynagent.config import Pool
 from dynagent.doctor.findings import Finding, fail, ok
 
@@ -53,25 +54,25 @@ def queues(stack: Stack, sqs: Any) -> tuple[list[Finding], dict[str, str]]:
     for logical, said in QUEUES.items():
         what = f"stack {stack.name}: {said}"
         url = stack.resources.get(logical)
-        try:
-            if url is None:
-                raise LookupError
-            attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
-        except (LookupError, ClientError) as error:
-            if isinstance(error, ClientError) and "NonExistentQueue" not in str(error):
-                raise
-            findings.append(
-                fail(
-                    "aws.queue",
-                    what,
-                    f"the stack has no {logical} (or it was deleted)",
-                    "deploy the stack again (sam deploy)",
-                )
-            )
+        arn = _queue_arn(sqs, url) if url else None
+        if url is None or arn is None:
+            why = f"the stack has no {logical} (or it was deleted)"
+            findings.append(fail("aws.queue", what, why, "deploy the stack again (sam deploy)"))
             continue
-        arns[logical] = attributes["Attributes"]["QueueArn"]
+        arns[logical] = arn
         findings.append(ok("aws.queue", what, url))
     return findings, arns
+
+
+def _queue_arn(sqs: Any, url: str) -> str | None:
+    try:
+        answer = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    except ClientError as error:
+        code = error_code(error)
+        if "NonExistentQueue" in code or code == "QueueDoesNotExist":
+            return None
+        raise
+    return str(answer["Attributes"]["QueueArn"])
 
 
 def roles(
@@ -91,30 +92,25 @@ def roles(
             findings.append(fail("aws.role", what, "the stack has no such role", fix))
             continue
         arn = str(iam.get_role(RoleName=name)["Role"]["Arn"])
-        wheres = _wheres(arn, pools)
         probes = queue_probes(logical, queue_arns)
         refusals: list[Probe] = []
-        for where in wheres:
-            probes += needed(
-                where, [p for p in pools if _pair(p) == (where.key, where.value)], agent_roles
-            )
+        for where, served in _wheres(arn, pools).items():
+            probes += needed(where, served, agent_roles)
             refusals += refused(where)
         findings.append(_may(iam, arn, f"{what} may do what the {function} does", probes))
-        findings.append(
-            _must_not(iam, arn, f"{what} touches nothing without the managed tag", refusals)
-        )
+        untagged = f"{what} touches nothing without the managed tag"
+        findings.append(_must_not(iam, arn, untagged, refusals))
     return findings
 
 
-def _pair(pool: Pool) -> tuple[str, str]:
-    p = shape.provider(pool)
-    return (p.tag_key, p.tag_value)
-
-
-def _wheres(role_arn: str, pools: Sequence[Pool]) -> list[Where]:
+def _wheres(role_arn: str, pools: Sequence[Pool]) -> dict[Where, list[Pool]]:
+    """The pools by where their requests go: region and managed tag pair."""
     account = role_arn.split(":")[4]
-    found = {(shape.provider(p).region, *_pair(p)) for p in pools}
-    return [Where(account, region, key, value) for region, key, value in sorted(found)]
+    found: dict[Where, list[Pool]] = {}
+    for pool in pools:
+        p = shape.provider(pool)
+        found.setdefault(Where(account, p.region, p.tag_key, p.tag_value), []).append(pool)
+    return found
 
 
 def _denied(iam: Any, arn: str, probe: Probe) -> list[str]:

@@ -65,31 +65,34 @@ def _tested(session: Any, url: str, permissions: Sequence[str]) -> set[str]:
 
 def permissions(pools: Sequence[Pool], apis: GcpApis, account: str) -> list[Finding]:
     """One finding per pool project."""
-    findings = []
-    session = apis.session_as(account)
-    for project in sorted({shape.provider(p).project for p in pools}):
-        mine = [p for p in pools if shape.provider(p).project == project]
-        wanted = needed(mine)
-        what = f"functions' account {account}: Compute Engine permissions in {project}"
-        try:
-            url = apis.url("cloudresourcemanager", f"/v1/projects/{project}:testIamPermissions")
-            held = _tested(session, url, wanted)
-        except RefreshError as error:
-            return [_cannot_act("gcp.permissions", account, what, error)]
-        missing = [p for p in wanted if p not in held]
-        if missing:
-            findings.append(
-                fail(
-                    "gcp.permissions",
-                    what,
-                    "lacks " + ", ".join(missing),
-                    f"run infra/gcp/deploy.sh again with this config: it grants them in {project} "
-                    "(the custom role NAME_compute)",
-                )
-            )
-        else:
-            findings.append(ok("gcp.permissions", what, f"all {len(wanted)} it uses"))
-    return findings
+    with apis.session_as(account) as session:
+        findings = []
+        for project in sorted({shape.provider(p).project for p in pools}):
+            mine = [p for p in pools if shape.provider(p).project == project]
+            what = f"functions' account {account}: Compute Engine permissions in {project}"
+            try:
+                finding = _project_permissions(apis, session, project, needed(mine), what)
+            except RefreshError as error:
+                return [_cannot_act("gcp.permissions", account, what, error)]
+            findings.append(finding)
+        return findings
+
+
+def _project_permissions(
+    apis: GcpApis, session: Any, project: str, wanted: Sequence[str], what: str
+) -> Finding:
+    url = apis.url("cloudresourcemanager", f"/v1/projects/{project}:testIamPermissions")
+    held = _tested(session, url, wanted)
+    missing = [p for p in wanted if p not in held]
+    if missing:
+        return fail(
+            "gcp.permissions",
+            what,
+            "lacks " + ", ".join(missing),
+            f"run infra/gcp/deploy.sh again with this config: it grants them in {project} "
+            "(the custom role NAME_compute)",
+        )
+    return ok("gcp.permissions", what, f"all {len(wanted)} it uses")
 
 
 def act_as(pools: Sequence[Pool], apis: GcpApis, account: str) -> list[Finding]:
@@ -97,28 +100,29 @@ def act_as(pools: Sequence[Pool], apis: GcpApis, account: str) -> list[Finding]:
     agents = sorted({e for p in pools if (e := shape.provider(p).service_account.email)})
     if not agents:
         return []
-    session = apis.session_as(account)
-    findings = []
-    for agent in agents:
-        what = f"functions' account {account} may act as the agents' {agent}"
-        try:
+    with apis.session_as(account) as session:
+        findings = []
+        for agent in agents:
+            what = f"functions' account {account} may act as the agents' {agent}"
             url = apis.url("iam", f"/v1/projects/-/serviceAccounts/{agent}:testIamPermissions")
-            held = _tested(session, url, [ACT_AS])
-        except RefreshError as error:
-            return [_cannot_act("gcp.act_as", account, what, error)]
-        if ACT_AS in held:
-            findings.append(ok("gcp.act_as", what))
-        else:
-            findings.append(
-                fail(
-                    "gcp.act_as",
-                    what,
-                    f"no {ACT_AS}: every launch of a VM running as {agent} is refused",
-                    f"gcloud iam service-accounts add-iam-policy-binding {agent} "
-                    f"--member=serviceAccount:{account} --role=roles/iam.serviceAccountUser",
-                )
-            )
-    return findings
+            try:
+                held = _tested(session, url, [ACT_AS])
+            except RefreshError as error:
+                return [_cannot_act("gcp.act_as", account, what, error)]
+            findings.append(_act_as(account, agent, what, ACT_AS in held))
+        return findings
+
+
+def _act_as(account: str, agent: str, what: str, held: bool) -> Finding:
+    if held:
+        return ok("gcp.act_as", what)
+    return fail(
+        "gcp.act_as",
+        what,
+        f"no {ACT_AS}: every launch of a VM running as {agent} is refused",
+        f"gcloud iam service-accounts add-iam-policy-binding {agent} "
+        f"--member=serviceAccount:{account} --role=roles/iam.serviceAccountUser",
+    )
 
 
 def _cannot_act(check: str, account: str, what: str, error: RefreshError) -> Finding:
