@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from dynagent.config import Config, Pool
 from dynagent.doctor.findings import Finding, unknown
@@ -126,3 +126,7 @@ def guarded(check: str, what: str, run: Callable[[], list[Finding]]) -> list[Fin
         why = f"{error.operation_name}: {code}: {details.get('Message', '')}"
         fix = f"allow {error.operation_name} to whoever runs doctor" if code in _NOT_ALLOWED else ""
         return [unknown(check, what, why, fix)]
+    except BotoCoreError:
+        raise  # no credentials, no endpoint: nothing else can be checked either
+    except Exception as error:  # a bug of ours: one line, never a traceback
+        return [unknown(check, what, f"doctor could not check this: {error!r}", "report it")]
