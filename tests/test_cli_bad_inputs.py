@@ -143,6 +143,8 @@ ROWS = {
     "simulate: no config file": row(
         "simulate {trace} --config {missing}", "{missing}", "No such file"
     ),
+    "doctor: no --config": row("doctor", "required: --config"),
+    "doctor: an unknown pool": row("doctor --config {aws} --pool a100", "pool 'a100'", "gpu"),
     "bridge: no master": row("bridge --config {aws} --print", "--master is required"),
     "bridge: no --to or --print": row(
         "bridge --master http://m:8080 --config {aws}", "one of the arguments --to --print"
@@ -174,6 +176,18 @@ ISOLATED_ROWS = {
         f"publish {{snapshot}} --to projects/{PROJECT}/topics/snapshots",
         f"topic projects/{PROJECT}/topics/snapshots",
         NO_GOOGLE_CREDENTIALS,
+    ),
+    "doctor: no AWS credentials": row(
+        "doctor --config {mixed}", "pool gpu (aws) not checked", NO_AWS_CREDENTIALS
+    ),
+    "doctor: no Google credentials": row(
+        "doctor --config {gcp}", "pool t4 (gcp) not checked", NO_GOOGLE_CREDENTIALS
+    ),
+    "doctor: AWS out of reach": row(
+        "doctor --config {aws}",
+        "pool gpu (aws) not checked",
+        "cannot reach http://127.0.0.1:{closed}",
+        cloud="nowhere",
     ),
     "plan: AWS out of reach": row(
         "plan --config {aws}", "pool gpu", "cannot reach http://127.0.0.1:{closed}", cloud="nowhere"

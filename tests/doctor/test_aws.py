@@ -11,11 +11,10 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-from botocore.exceptions import ClientError
 
 from dynagent.cli import main
 from dynagent.config import Config
-from dynagent.doctor.aws import AwsClients, check, guarded
+from dynagent.doctor.aws import AwsClients, check
 from dynagent.doctor.findings import Finding, Status
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.aws_stack import deploy_stack
@@ -85,7 +84,7 @@ def test_json_names_each_check_and_says_nothing_failed(
     config = write_config(account, tmp_path, account.pool("big"))
     assert main(["doctor", "--config", config, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["failed"] is False
+    assert (report["failed"], report["skipped"]) == (False, [])
     statuses = {(c["check"], c["status"]) for c in report["checks"]}
     assert statuses == {
         ("aws.image", "ok"), ("aws.offered", "ok"), ("aws.network", "ok"), ("aws.quota", "ok"),
@@ -380,25 +379,11 @@ def test_without_credentials_one_line_says_so(
     pool = {"pool_name": "p", "provider": {"type": "aws", "region": REGION,
             "image_id": "ami-0123456789abcdef0", "instance_type": "g5.xlarge"}}  # fmt: skip
     config.write_text(yaml.safe_dump({"resource_pools": [pool]}))
-    assert main(["doctor", "--config", str(config)]) == 2
+    assert main(["doctor", "--config", str(config)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == [
-        "dynagent doctor: no AWS credentials: set AWS_PROFILE (or AWS_ACCESS_KEY_ID and "
-        "AWS_SECRET_ACCESS_KEY), or run `aws configure`"
+        "dynagent: pool p (aws) not checked: no AWS credentials found: set AWS_PROFILE, or "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (`aws configure` writes a profile); on "
+        "EC2, give the instance a role"
     ]
-
-
-def test_a_check_aws_will_not_answer_is_not_checked_and_a_bug_is_one_line() -> None:
-    def refused() -> list[Finding]:
-        error = {"Error": {"Code": "UnauthorizedOperation", "Message": "You are not authorized"}}
-        raise ClientError(error, "DescribeImages")
-
-    (unknown,) = guarded("aws.image", "pool p: AMI", refused)
-    assert (unknown.status, unknown.why) == (
-        Status.UNKNOWN,
-        "DescribeImages: UnauthorizedOperation: You are not authorized",
-    )
-    assert unknown.fix == "allow DescribeImages to whoever runs doctor"
-    (bug,) = guarded("aws.image", "pool p: AMI", lambda: [][0])
-    assert bug.why == "doctor could not check this: IndexError('list index out of range')"

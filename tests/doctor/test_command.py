@@ -89,3 +89,26 @@ def test_an_unknown_pool_is_one_line(tmp_path: Path, capsys: Any) -> None:
     config.write_text(yaml.safe_dump({"resource_pools": [Project.pool("t4")]}))
     assert main(["doctor", "--config", str(config), "--pool", "nope"]) == 2
     assert capsys.readouterr().err == "dynagent: pool 'nope' is not configured (configured: t4)\n"
+
+
+def test_a_cloud_without_credentials_is_named_and_the_other_is_checked(
+    aws: LocalAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    account = well_formed(aws)
+    for name, value in aws.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))  # no gcloud login here
+    monkeypatch.setenv("NO_GCE_CHECK", "True")  # not on a Compute Engine VM either
+    config = tmp_path / "pools.yaml"
+    pools = [account.pool("big"), Project.pool("t4"), Project.pool("l4")]
+    config.write_text(yaml.safe_dump({"resource_pools": pools}))
+    assert main(["doctor", "--config", str(config), "--json"]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["failed"] is False
+    assert {c["what"].split(":")[0] for c in report["checks"]} >= {"pool big"}
+    assert not any(c["what"].startswith(("pool t4", "pool l4")) for c in report["checks"])
+    (skipped,) = report["skipped"]
+    assert skipped.startswith("pools t4, l4 (gcp) not checked: no Google Cloud credentials")
+    assert captured.err == f"dynagent: {skipped}\n"

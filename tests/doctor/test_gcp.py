@@ -19,7 +19,7 @@ from dynagent.doctor.gcp import check
 from dynagent.doctor.gcp.access import ACT_AS, PERMISSIONS
 from dynagent.testing.gcp_iam import account_resource
 
-from .gcp_project import ADMIN, AGENTS, FUNCTIONS, IMAGES, NAME, PROJECT, Project
+from .gcp_project import AGENTS, FUNCTIONS, IMAGES, NAME, PROJECT, Project
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBNETWORK = "regions/us-central1/subnetworks/train-a"
@@ -222,11 +222,11 @@ def test_without_google_credentials_one_line_says_so(
     monkeypatch.setenv("NO_GCE_CHECK", "True")  # not on a Compute Engine VM either
     config = tmp_path / "pools.yaml"
     config.write_text(yaml.safe_dump({"resource_pools": [Project.pool("t4")]}))
-    assert main(["doctor", "--config", str(config), "--project", PROJECT]) == 2
+    assert main(["doctor", "--config", str(config), "--project", PROJECT]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == [
-        "dynagent doctor: no Google credentials: run `gcloud auth application-default "
-        "login`, or set GOOGLE_APPLICATION_CREDENTIALS to a key file"
+        "dynagent: pool t4 (gcp) not checked: no Google Cloud credentials found: run `gcloud "
+        "auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service "
+        "account key file"
     ]
-    assert ADMIN  # the well-formed runs sign as the admin; this one has nobody

@@ -4,9 +4,3 @@ Each check is a function returning findings (``findings.Finding``: what, status,
 fix), grouped per cloud like the adapters (``doctor.aws``, ``doctor.gcp``); ``command``
 only runs them and prints them (``report``).
 """
-
-from __future__ import annotations
-
-
-class CannotCheck(RuntimeError):
-    """Nothing of one cloud can be checked (no credentials, no endpoint): said in one line."""

@@ -2,23 +2,23 @@
 
 It reads only (an EC2 dry run launches nothing) and asks each cloud only about its own
 pools, with that cloud's credentials, from the same environment the functions read
-(``AWS_*``, ``AWS_ENDPOINT_URL``; Google's application default credentials).
+(``AWS_*``, ``AWS_ENDPOINT_URL``; Google's application default credentials). A cloud
+that cannot be asked at all (no credentials, out of reach) is named in one line, and
+the other cloud's pools are checked all the same.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from dynagent.cli_errors import EXIT_FAILURE, CommandError, reaching
 from dynagent.config import Config, Pool, load_config
-from dynagent.doctor import CannotCheck
 
 from . import report
 from .findings import Finding
-
-EXIT_CANNOT_CHECK = 2
 
 
 def add_parser(commands: Any) -> None:
@@ -54,18 +54,17 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     config = load_config(args.config)
     pools = [config.pool(args.pool)] if args.pool else list(config.pools.values())
-    try:
-        findings = examine(config, pools, args.stack, args.project, args.name)
-    except CannotCheck as error:
-        print(f"dynagent doctor: {error}", file=sys.stderr)
-        return EXIT_CANNOT_CHECK
+    findings, skipped = examine(config, pools, args.stack, args.project, args.name)
     if args.json:
-        print(report.as_json(findings), file=out)
+        print(report.as_json(findings, skipped), file=out)
     else:
         for finding in findings:
             print(report.line(finding), file=out)
-        print(report.summary(findings), file=out)
-    return report.exit_code(findings)
+        if findings:
+            print(report.summary(findings), file=out)
+    for message in skipped:
+        print(f"dynagent: {message}", file=sys.stderr)
+    return EXIT_FAILURE if skipped else report.exit_code(findings)
 
 
 def examine(
@@ -74,17 +73,34 @@ def examine(
     stack: str | None,
     project: str | None,
     name: str,
-) -> list[Finding]:
-    """Each cloud's findings for its pools; a cloud without pools is not asked."""
+) -> tuple[list[Finding], list[str]]:
+    """Each cloud's findings for its pools, and why a cloud could not be asked at all."""
+    checks: dict[str, Callable[[list[Pool]], list[Finding]]] = {
+        "aws": lambda mine: _aws(config, mine, stack),
+        "gcp": lambda mine: _gcp(mine, project, name),
+    }
     findings: list[Finding] = []
-    aws = [pool for pool in pools if pool.provider.type == "aws"]
-    if aws:
-        from .aws_environment import check_aws
+    skipped: list[str] = []
+    for cloud, check in checks.items():
+        mine = [pool for pool in pools if pool.provider.type == cloud]
+        if not mine:
+            continue
+        names = ", ".join(pool.name for pool in mine)
+        try:
+            with reaching(f"pool{'s' if len(mine) > 1 else ''} {names} ({cloud}) not checked"):
+                findings += check(mine)
+        except CommandError as error:
+            skipped.append(str(error))
+    return findings, skipped
 
-        findings += check_aws(config, aws, stack)
-    gcp = [pool for pool in pools if pool.provider.type == "gcp"]
-    if gcp:
-        from .gcp_environment import check_gcp
 
-        findings += check_gcp(gcp, project, name)
-    return findings
+def _aws(config: Config, pools: list[Pool], stack: str | None) -> list[Finding]:
+    from .aws_environment import check_aws
+
+    return check_aws(config, pools, stack)
+
+
+def _gcp(pools: list[Pool], project: str | None, name: str) -> list[Finding]:
+    from .gcp_environment import check_gcp
+
+    return check_gcp(pools, project, name)

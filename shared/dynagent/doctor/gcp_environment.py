@@ -8,7 +8,6 @@ import os
 from collections.abc import Sequence
 
 from dynagent.config import Pool
-from dynagent.doctor import CannotCheck
 from dynagent.gcp.clients import COMPUTE_ENDPOINT_ENV
 from dynagent.gcp.status import PUBSUB_ENDPOINT_ENV
 
@@ -21,22 +20,12 @@ IAM_ENDPOINT_ENV = "DYNAGENT_GCP_IAM_ENDPOINT"
 
 def check_gcp(pools: Sequence[Pool], project: str | None, name: str) -> list[Finding]:
     import google.auth
-    from google.auth.exceptions import DefaultCredentialsError, RefreshError, TransportError
 
-    try:
-        credentials, _ = google.auth.default(scopes=list(SCOPES))
-    except DefaultCredentialsError:
-        raise CannotCheck(
-            "no Google credentials: run `gcloud auth application-default login`, or set "
-            "GOOGLE_APPLICATION_CREDENTIALS to a key file"
-        ) from None
+    credentials, _ = google.auth.default(scopes=list(SCOPES))
     apis = GcpApis(
         credentials,
         compute_endpoint=os.environ.get(COMPUTE_ENDPOINT_ENV) or None,
         pubsub_endpoint=os.environ.get(PUBSUB_ENDPOINT_ENV) or None,
         iam_endpoint=os.environ.get(IAM_ENDPOINT_ENV) or None,
     )
-    try:
-        return check(pools, apis, project, name)
-    except (RefreshError, TransportError) as error:  # the caller's own credentials failed
-        raise CannotCheck(f"Google credentials: {error}") from None
+    return check(pools, apis, project, name)

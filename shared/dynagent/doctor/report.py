@@ -20,10 +20,12 @@ def line(finding: Finding) -> str:
     return text
 
 
-def as_json(findings: Sequence[Finding]) -> str:
+def as_json(findings: Sequence[Finding], skipped: Sequence[str] = ()) -> str:
+    """The findings, and why a cloud was not checked at all (``skipped``)."""
     return json.dumps(
         {
             "failed": failed(findings),
+            "skipped": list(skipped),
             "checks": [
                 {
                     "check": f.check,

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from google.api_core import exceptions as google_errors
 from google.auth.exceptions import RefreshError, TransportError
+from requests.exceptions import ConnectionError
 
 from dynagent.config import Pool
 from dynagent.doctor.findings import Finding, unknown
@@ -58,7 +59,7 @@ def guarded(check: str, what: str, run: Callable[[], list[Finding]]) -> list[Fin
     except google_errors.GoogleAPICallError as error:
         fix = "let whoever runs doctor read it" if error.code == 403 else ""
         return [unknown(check, what, f"{error.code}: {message(error)}", fix)]
-    except (RefreshError, TransportError):
+    except (RefreshError, TransportError, ConnectionError, google_errors.RetryError):
         raise  # the caller's credentials or network: nothing else can be checked either
     except Exception as error:  # a bug of ours: one line, never a traceback
         return [unknown(check, what, f"doctor could not check this: {error!r}", "report it")]
