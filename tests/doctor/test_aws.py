@@ -11,10 +11,11 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from botocore.exceptions import ClientError
 
 from dynagent.cli import main
 from dynagent.config import Config
-from dynagent.doctor.aws import AwsClients, check
+from dynagent.doctor.aws import AwsClients, check, guarded
 from dynagent.doctor.findings import Finding, Status
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.aws_stack import deploy_stack
@@ -387,3 +388,18 @@ def test_without_credentials_one_line_says_so(
         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (`aws configure` writes a profile); on "
         "EC2, give the instance a role"
     ]
+
+
+def test_a_check_aws_will_not_answer_is_not_checked_and_a_bug_is_one_line() -> None:
+    def refused() -> list[Finding]:
+        error = {"Error": {"Code": "UnauthorizedOperation", "Message": "You are not authorized"}}
+        raise ClientError(error, "DescribeImages")
+
+    (unknown,) = guarded("aws.image", "pool p: AMI", refused)
+    assert (unknown.status, unknown.why) == (
+        Status.UNKNOWN,
+        "DescribeImages: UnauthorizedOperation: You are not authorized",
+    )
+    assert unknown.fix == "allow DescribeImages to whoever runs doctor"
+    (bug,) = guarded("aws.image", "pool p: AMI", lambda: [][0])
+    assert bug.why == "doctor could not check this: IndexError('list index out of range')"
