@@ -171,3 +171,19 @@ def test_a_subnet_of_another_region_is_named_as_a_config_mistake(aws: LocalAws, 
         "region us-west-2"
     )
     assert outcome.launch.unavailable == ()
+
+
+def test_a_missing_image_is_a_reported_launch_error_not_an_exception(ec2: Any) -> None:
+    # Found by doctor's helper: the launch template's root device is read from the
+    # image, and EC2 answers a missing AMI with InvalidAMIID.NotFound, not an empty list.
+    spec = {"instance_types": V100S, "max_slots": 40}
+    document = pool_document(
+        "ami-00000000000000000", instance_type="p3.16xlarge", offerings=spec, max_instances=20
+    )
+    cfg = config(document)
+    provider = Ec2Provider(cfg.pool("a100"), ec2, cfg.settings, clock=now, sleep=lambda _: None)
+    outcome = reconcile(provider.pool, provider, demand(1, 8), now())
+
+    assert outcome.launch is not None and outcome.launch.error is not None
+    assert "AMI" in outcome.launch.error.upper()
+    assert managed_instances(ec2) == []

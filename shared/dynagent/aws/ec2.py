@@ -385,7 +385,14 @@ class Ec2Provider:
         """The image's root device, so the size applies to the root volume itself."""
         image = self.config.image_id
         if image not in self.root_devices:
-            images = self.ec2.describe_images(ImageIds=[image])["Images"]
+            try:
+                images = self.ec2.describe_images(ImageIds=[image])["Images"]
+            except ClientError as error:
+                # EC2 answers a missing or malformed AMI with InvalidAMIID.*, not an
+                # empty list: the launch itself then reports it, as a launch error.
+                if not error_code(error).startswith("InvalidAMIID"):
+                    raise
+                images = []
             if not images:
                 return "/dev/sda1"  # the launch itself will say the image is missing
             self.root_devices[image] = images[0].get("RootDeviceName", "/dev/sda1")
