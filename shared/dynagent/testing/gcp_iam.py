@@ -33,11 +33,11 @@ import re
 import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from werkzeug.wrappers import Request, Response
 
-from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
+from dynagent.testing.loopback import CallLog, GoogleRefusal, LoopbackApp
 
 TOKEN_PREFIX: Final = "local-token-for-"
 _ACCOUNT: Final = re.compile(r"/v1/projects/-/serviceAccounts/(?P<email>[^/:]+):(?P<verb>\w+)")
@@ -48,33 +48,15 @@ def account_resource(email: str) -> str:
     return f"projects/-/serviceAccounts/{email}"
 
 
-class _Refused(Exception):
-    def __init__(self, code: int, status: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.status, self.message = code, status, message
+class LocalGcpIam(LoopbackApp):
+    server_name = "local-gcp-iam"
 
-
-class LocalGcpIam(Service):
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._grants: dict[tuple[str, str], set[str]] = {}  # (principal, resource) -> perms
         self._impersonators: set[tuple[str, str]] = set()  # (principal, service account)
         self.calls = CallLog[str]()
-        self._server: LoopbackServer | None = None
-
-    def start(self) -> Self:
-        self._server = LoopbackServer(self._app, "local-gcp-iam")
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-
-    @property
-    def endpoint(self) -> str:
-        assert self._server is not None, "start() it first"
-        return f"http://{LOOPBACK}:{self._server.port}"
 
     # -- what tests arrange ----------------------------------------------------------
 
@@ -106,15 +88,13 @@ class LocalGcpIam(Service):
         try:
             payload = self._handle(request, _principal(request))
             response = Response(json.dumps(payload), 200, content_type="application/json")
-        except _Refused as refused:
-            body = {"error": {"code": refused.code, "message": refused.message,
-                              "status": refused.status}}  # fmt: skip
-            response = Response(json.dumps(body), refused.code, content_type="application/json")
+        except GoogleRefusal as refused:
+            response = refused.response()
         return response(environ, start_response)
 
     def _handle(self, request: Request, principal: str) -> dict[str, Any]:
         if request.method != "POST":
-            raise _Refused(405, "UNIMPLEMENTED", f"{request.method} is not served")
+            raise GoogleRefusal(405, "UNIMPLEMENTED", f"{request.method} is not served")
         if request.path == "/token":
             return _oauth_token(request.form.get("assertion", ""))
         body = json.loads(request.get_data() or b"{}")
@@ -126,13 +106,13 @@ class LocalGcpIam(Service):
         project = _PROJECT.fullmatch(request.path)
         if project:
             return self._test(principal, f"projects/{project['project']}", body)
-        raise _Refused(404, "NOT_FOUND", f"{request.path} is not served by the local IAM")
+        raise GoogleRefusal(404, "NOT_FOUND", f"{request.path} is not served by the local IAM")
 
     def _token(self, principal: str, email: str) -> dict[str, Any]:
         with self._lock:
             allowed = (principal, email) in self._impersonators
         if not allowed:
-            raise _Refused(
+            raise GoogleRefusal(
                 403,
                 "PERMISSION_DENIED",
                 "Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it "
@@ -162,5 +142,5 @@ def _oauth_token(assertion: str) -> dict[str, Any]:
         claims = assertion.split(".")[1]
         issuer = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))["iss"]
     except (IndexError, ValueError, KeyError):
-        raise _Refused(400, "invalid_grant", "Invalid JWT assertion") from None
+        raise GoogleRefusal(400, "invalid_grant", "Invalid JWT assertion") from None
     return {"access_token": TOKEN_PREFIX + str(issuer), "expires_in": 3600, "token_type": "Bearer"}

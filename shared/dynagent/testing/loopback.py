@@ -6,6 +6,7 @@ starts one stops it: ``close()`` shuts it down, closes the socket and joins the 
 
 from __future__ import annotations
 
+import json
 import ssl
 import threading
 from abc import ABC, abstractmethod
@@ -111,3 +112,44 @@ class Service(ABC):
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class LoopbackApp(Service):
+    """A WSGI double served on loopback, started and stopped whole: ``_app`` answers,
+    ``server_name`` names its thread."""
+
+    server_name: str
+
+    def __init__(self) -> None:
+        self._server: LoopbackServer | None = None
+
+    @abstractmethod
+    def _app(self, environ: Any, start_response: Any) -> Any: ...
+
+    def start(self) -> Self:
+        self._server = LoopbackServer(self._app, self.server_name)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None, "start() it first"
+        return f"http://{LOOPBACK}:{self._server.port}"
+
+
+class GoogleRefusal(Exception):
+    """An error answer of a Google JSON API: its HTTP code, ``status`` and message."""
+
+    def __init__(self, code: int, status: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.status, self.message = code, status, message
+
+    def response(self) -> Any:
+        from werkzeug.wrappers import Response
+
+        body = {"error": {"code": self.code, "message": self.message, "status": self.status}}
+        return Response(json.dumps(body), self.code, content_type="application/json")

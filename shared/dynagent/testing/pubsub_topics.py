@@ -25,7 +25,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
+from dynagent.testing.loopback import CallLog, GoogleRefusal, LoopbackApp
 
 _ROUTES = Map([Rule("/v1/projects/<project>/topics/<topic>", endpoint="topic")])
 _KEY = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -39,33 +39,18 @@ def _topic_fields() -> frozenset[str]:
     return frozenset(document["schemas"]["Topic"]["properties"])
 
 
-class _Refused(Exception):
-    def __init__(self, code: int, status: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.status, self.message = code, status, message
+class LocalPubSubTopics(LoopbackApp):
+    server_name = "local-pubsub-topics"
 
-
-class LocalPubSubTopics(Service):
     def __init__(self) -> None:
+        super().__init__()
         self.topics: dict[str, dict[str, Any]] = {}
         self.calls = CallLog[str]()
         self._lock = threading.Lock()
-        self._server: LoopbackServer | None = None
 
     def start(self) -> Self:
         _topic_fields()
-        self._server = LoopbackServer(self._app, "local-pubsub-topics")
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-
-    @property
-    def endpoint(self) -> str:
-        assert self._server is not None, "start() it first"
-        return f"http://{LOOPBACK}:{self._server.port}"
+        return super().start()
 
     def client(self) -> Any:
         from google.api_core.client_options import ClientOptions
@@ -87,10 +72,8 @@ class LocalPubSubTopics(Service):
             with self._lock:
                 payload = self._handle(request, name)
             response = Response(json.dumps(payload), 200, content_type="application/json")
-        except _Refused as refused:
-            body = {"error": {"code": refused.code, "message": refused.message,
-                              "status": refused.status}}  # fmt: skip
-            response = Response(json.dumps(body), refused.code, content_type="application/json")
+        except GoogleRefusal as refused:
+            response = refused.response()
         except HTTPException as unrouted:
             response = Response(str(unrouted), unrouted.code or 404)
         return response(environ, start_response)
@@ -101,14 +84,14 @@ class LocalPubSubTopics(Service):
         body = json.loads(request.get_data() or b"{}")
         if request.method == "PUT":
             if name in self.topics:
-                raise _Refused(409, "ALREADY_EXISTS", "Resource already exists in the project")
+                raise GoogleRefusal(409, "ALREADY_EXISTS", "Resource already exists in the project")
             self.topics[name] = {"name": name, "labels": _labels(_fields(body).get("labels"))}
             return self.topics[name]
         if request.method == "PATCH":
             topic = self._get(name)
             unknown = set(body) - {"topic", "updateMask"}
             if unknown:
-                raise _Refused(400, "INVALID_ARGUMENT", f"Unknown fields: {sorted(unknown)}")
+                raise GoogleRefusal(400, "INVALID_ARGUMENT", f"Unknown fields: {sorted(unknown)}")
             mask = [
                 path
                 for path in str(
@@ -118,34 +101,34 @@ class LocalPubSubTopics(Service):
             ]
             update = _fields(body.get("topic") or {})
             if not mask:
-                raise _Refused(
+                raise GoogleRefusal(
                     400, "INVALID_ARGUMENT", "The update_mask in the UpdateTopicRequest must be set"
                 )
             for path in mask:
                 if path != "labels":
-                    raise _Refused(400, "INVALID_ARGUMENT", f"not modelled: {path}")
+                    raise GoogleRefusal(400, "INVALID_ARGUMENT", f"not modelled: {path}")
                 topic["labels"] = _labels(update.get("labels"))
             return topic
-        raise _Refused(405, "UNIMPLEMENTED", f"{request.method} is not served")
+        raise GoogleRefusal(405, "UNIMPLEMENTED", f"{request.method} is not served")
 
     def _get(self, name: str) -> dict[str, Any]:
         if name not in self.topics:
-            raise _Refused(404, "NOT_FOUND", "Resource not found (resource=topic).")
+            raise GoogleRefusal(404, "NOT_FOUND", "Resource not found (resource=topic).")
         return self.topics[name]
 
 
 def _fields(topic: dict[str, Any]) -> dict[str, Any]:
     unknown = set(topic) - _topic_fields()
     if unknown:
-        raise _Refused(400, "INVALID_ARGUMENT", f"Unknown Topic fields: {sorted(unknown)}")
+        raise GoogleRefusal(400, "INVALID_ARGUMENT", f"Unknown Topic fields: {sorted(unknown)}")
     return topic
 
 
 def _labels(given: Any) -> dict[str, str]:
     labels: dict[str, str] = dict(given or {})
     if len(labels) > 64:
-        raise _Refused(400, "INVALID_ARGUMENT", "A resource may have at most 64 labels")
+        raise GoogleRefusal(400, "INVALID_ARGUMENT", "A resource may have at most 64 labels")
     for key, value in labels.items():
         if not _KEY.fullmatch(key) or not isinstance(value, str) or not _VALUE.fullmatch(value):
-            raise _Refused(400, "INVALID_ARGUMENT", f"Invalid label {key!r}: {value!r}")
+            raise GoogleRefusal(400, "INVALID_ARGUMENT", f"Invalid label {key!r}: {value!r}")
     return labels
