@@ -65,6 +65,13 @@ class Drainer:
         draining = {action.agent_id for action in drains}
         return self._claims(reading) + drains + _surplus(pool, reading, draining)
 
+    def done(self, action: DrainAction) -> None:
+        """The master carried ``action`` out: the agent is ours to report, or no more."""
+        if action.enable:
+            self.drained.discard(action.agent_id)
+        else:
+            self.drained.add(action.agent_id)
+
     def reported_draining(self, agent: AgentReading) -> bool:
         """Whether the snapshot may say draining: only agents this bridge drained."""
         return agent.draining and agent.id in self.drained

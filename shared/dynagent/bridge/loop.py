@@ -196,11 +196,9 @@ class Bridge:
                 f"{action.reason}",
                 extra={"pool": pool_name},
             )
+            drainer.done(action)
             if action.enable:
-                drainer.drained.discard(action.agent_id)
                 reported_at.pop(action.agent_id, None)
-            else:
-                drainer.drained.add(action.agent_id)
             reading = reading.with_state(
                 action.agent_id, enabled=action.enable, draining=not action.enable
             )

@@ -100,10 +100,9 @@ class DynagentPolicy:
         for action in actions:
             if action.enable:
                 self.master.enable(action.agent_id)
-                self.drainer.drained.discard(action.agent_id)
             else:
                 self.master.disable(action.agent_id)
-                self.drainer.drained.add(action.agent_id)
+            self.drainer.done(action)
         if any(action.enable for action in actions):
             self.master.schedule(now)  # the master's next tick places tasks there
         return bool(actions)
