@@ -1,6 +1,7 @@
 """The simulator over every shared trace: speed, and our policy beside Determined's.
 
-Each ITP trace in ``../shared/traces/itp`` (or ``$DYNAGENT_TRACES``) is replayed with
+Each ITP trace in ``traces_dir()`` (``$DYNAGENT_TRACES``, ``../shared/traces/itp``, or
+the one in ``bench/traces/itp``) is replayed with
 the default pool of ``dynagent simulate`` (8-GPU p4d.24xlarge instances, Determined's
 default periods, the default boots: 60 s to running and 180 s + 3 s per GPU past the
 first to a registered agent, each ± 20 s from seed 0). The wall
@@ -31,7 +32,12 @@ LARGEST = "cluster04"
 
 
 def traces_dir() -> Path:
-    return Path(os.environ.get("DYNAGENT_TRACES", ROOT.parent / "shared" / "traces" / "itp"))
+    """$DYNAGENT_TRACES, else all eight shared traces beside the repository, else the one
+    trace a clone carries (bench/traces/itp)."""
+    if "DYNAGENT_TRACES" in os.environ:
+        return Path(os.environ["DYNAGENT_TRACES"])
+    shared = ROOT.parent / "shared" / "traces" / "itp"
+    return shared if shared.is_dir() else ROOT / "bench" / "traces" / "itp"
 
 
 def replay_trace(path: Path) -> dict[str, Any]:
