@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DET_VENV := .venv-det
 DET_STAMP := $(DET_VENV)/.installed
 
-.PHONY: demo demo-gcp test lint typecheck unit machine-tools bench reliability sam clean
+.PHONY: demo demo-gcp test lint typecheck unit docs machine-tools bench reliability sam clean
 
 # The project's virtual environment, rebuilt when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -25,7 +25,7 @@ demo: $(STAMP)
 demo-gcp: $(STAMP)
 	$(BIN)/dynagent demo --cloud gcp
 
-test: lint typecheck unit
+test: lint typecheck docs unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check shared functions tests bench infra
@@ -33,6 +33,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml, docs/) into .venv/site; strict, so a broken link,
+# anchor or include fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 unit: $(STAMP) $(DET_STAMP) machine-tools
 	$(BIN)/pytest -q
@@ -77,10 +82,10 @@ sam: $(SAM_STAMP)
 	$(SAM) validate --lint
 	$(SAM) build
 
-# --- Benchmarks (bench/, the README's Performance section) ------------------------------
+# --- Benchmarks (bench/, docs/performance.md) ------------------------------------------
 # `make bench`: handler CPU, cloud API calls per reconcile against the local AWS, cold
-# starts, and the simulator over the shared traces (../shared/traces/itp, or
-# DYNAGENT_TRACES=dir). Figures and the machine go to bench/results.json; a few minutes.
+# starts, and the simulator over the shared traces (../shared/traces/itp, else the one
+# in bench/traces/itp, or DYNAGENT_TRACES=dir). Figures and the machine go to bench/results.json; a few minutes.
 BENCH_OUT ?= bench/results.json
 
 bench: $(STAMP)

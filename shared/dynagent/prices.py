@@ -5,7 +5,7 @@ prices were cut in June 2025; set ``prices`` for your region and date). GCP: the
 Engine GPU and accelerator-optimized VM pricing pages, us-central1, 2024; a2, a3 and g2
 prices include their GPUs, n1 prices are the machine alone (a GPU attached to an n1 is
 priced by ``GCE_GPU_PRICES``). They steer the choice among a pool's shapes, where ratios
-matter more than cents; the README cites them.
+matter more than cents; docs/offerings.md cites them.
 """
 
 from __future__ import annotations

@@ -363,7 +363,7 @@ def test_an_agent_an_admin_disabled_is_published_not_enabled(
     snapshot = layout.ours(bridge.run_once())
     agents = {a.id: (a.enabled, a.draining, a.used_slots) for a in snapshot.agents}
     if drain and admin_drain:
-        # Idle and listed draining: claimed as the bridge's own drain (README), so the
+        # Idle and listed draining: claimed as the bridge's own drain (docs/bridge.md), so the
         # bridge enables it again for pending tasks, and it is room.
         assert agents == {busy: (False, False, 4), idle: (True, True, 0)}
         return

@@ -42,7 +42,7 @@ class Figures:
     # Cloud API calls per minute of the scenario's clock, where a hot loop could show.
     calls_per_minute: float | None = None
     wall_seconds: float = 0.0
-    # Anything else worth a column in the README (memory, pages, ...).
+    # Anything else worth a column in docs/reliability.md (memory, pages, ...).
     extra: dict[str, Any] = field(default_factory=dict)
     # Limits a scenario sets for its own figures, e.g. {"calls_per_minute": 120}.
     limits: dict[str, float] = field(default_factory=dict)
@@ -108,7 +108,7 @@ def row(figures: Figures) -> list[str]:
 
 
 def table(results: Iterable[Figures], markdown: bool = False) -> str:
-    """The figures as one table: Markdown for the README, aligned text otherwise."""
+    """The figures as one table: Markdown for docs/reliability.md, aligned text otherwise."""
     rows = [list(COLUMNS)] + [row(f) for f in results]
     if markdown:
         lines = ["| " + " | ".join(r) + " |" for r in rows]

@@ -1,0 +1,124 @@
+"""The README is the door and docs/ the house: the README stays a landing page, every
+link in it leads somewhere, and every `dynagent` command the README and the docs show
+is one the CLI accepts. (Links inside docs/ are checked by `mkdocs build --strict`.)"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from dynagent.cli import _parser
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+# The issue's "at most about 250 lines" for a landing page.
+MAX_README_LINES = 250
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^\s*```")
+# A command line of ours: a prompt, environment assignments, then `dynagent`.
+COMMAND = re.compile(r"(\$ )?([A-Z_]+=\S* )*dynagent ")
+
+
+def anchors(page: Path) -> set[str]:
+    """The ids MkDocs (and GitHub) give the page's headings."""
+    found = set()
+    fenced = False
+    for line in page.read_text().splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        heading = re.match(r"#{1,6} (.*)", line)
+        if heading and not fenced:
+            text = heading.group(1).replace("`", "").strip().lower()
+            found.add(re.sub(r" +", "-", re.sub(r"[^\w\- ]", "", text)))
+    return found
+
+
+def relative_links(page: Path) -> list[str]:
+    return [t for t in LINK.findall(page.read_text()) if not re.match(r"[a-z]+:", t)]
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_README_LINES
+    text = README.read_text()
+    for must in ("make demo", "make test", "dynagent doctor", "NVIDIA container toolkit"):
+        assert must in text
+
+
+def test_every_link_in_the_readme_leads_to_a_file_and_heading_that_exist() -> None:
+    links = relative_links(README)
+    assert len(links) > 10  # the pattern found them
+    broken = []
+    for link in links:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path if path else README
+        if not target.exists() or (anchor and anchor not in anchors(target)):
+            broken.append(link)
+    assert broken == []
+
+
+def test_every_docs_page_is_in_the_site_navigation() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert len(PAGES) > 10
+    assert [p.name for p in PAGES if f": {p.name}" not in nav] == []
+
+
+def shown_commands(page: Path) -> list[str]:
+    """Each `dynagent ...` command line in the page's code blocks, continuations joined,
+    environment assignments and a `$ ` prompt dropped."""
+    commands = []
+    fenced = False
+    pending = ""
+    indent = 0
+    for line in page.read_text().splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+            indent = len(line) - len(line.lstrip())  # a block inside a list item
+            continue
+        if not fenced:
+            continue
+        line = line[indent:]
+        if not pending and not COMMAND.match(line):
+            continue  # output, or another tool's command
+        line = pending + line.strip()
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        words = shlex.split(line.removeprefix("$ "), comments=True)
+        while re.match(r"[A-Z_]+=", words[0]):
+            words = words[1:]
+        commands.append(shlex.join(words))
+    return commands
+
+
+@pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: p.name)
+def test_every_command_shown_is_one_the_cli_accepts(page: Path) -> None:
+    for command in shown_commands(page):
+        try:
+            _parser().parse_args(shlex.split(command)[1:])
+        except SystemExit:
+            pytest.fail(f"{page.name}: the CLI refuses `{command}`")
+
+
+def test_the_readme_shows_the_fifteen_minute_path() -> None:
+    shown = " ".join(shown_commands(README))
+    for step in ("validate", "simulate", "doctor", "master-config", "bridge", "status"):
+        assert f"dynagent {step}" in shown or f"`dynagent {step}" in README.read_text()
+
+
+def test_the_readmes_trace_and_example_pool_are_in_a_clone() -> None:
+    """Step 3 replays bench/traces/itp/cluster05.csv on the example config's pool `gpu`."""
+    from dynagent.config import load_config
+    from dynagent.simulate.trace import load_trace
+
+    (simulate,) = [c for c in shown_commands(README) if c.startswith("dynagent simulate")]
+    args = _parser().parse_args(shlex.split(simulate)[1:])
+    trace = load_trace(ROOT / args.trace)
+    assert len(trace.jobs) > 1000
+    example = load_config(ROOT / "infra" / "aws" / "dynagent.example.yaml")
+    assert args.pool in example.pools
