@@ -184,3 +184,12 @@ def test_boots_differ_by_machine_and_repeat_by_seed(
     first = json.loads(files["out.json"].read_text())["columns"]
     assert main([*args, "--seed", "3", "--json", str(files["out.json"])]) == 0
     assert json.loads(files["out.json"].read_text())["columns"] == first
+
+
+def test_a_pool_of_one_gpu_machines_reads_one_gpu_each(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files["pool.yaml"].write_text(POOL.replace("p4d.24xlarge", "g5.2xlarge"))
+    files["trace.csv"].write_text("arrival_s,duration_s,gpus\n0,600,1\n")
+    assert main(["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]) == 0
+    assert "pool small: g5.2xlarge, 1 GPU each, 0..3 instances" in capsys.readouterr().out

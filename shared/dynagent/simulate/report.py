@@ -18,6 +18,10 @@ def _count(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+def _gpus(count: int) -> str:
+    return "1 GPU" if count == 1 else f"{count} GPUs"
+
+
 def format_wait(value: int | None) -> str:
     return "-" if value is None else format_duration(timedelta(seconds=value))
 
@@ -66,13 +70,14 @@ def describe(replay: Replay) -> list[str]:
     jitter = f" (± {boot.jitter}s, seed {boot.seed})" if boot.jitter else ""
     per_gpu = f" + {boot.per_gpu}s per GPU past the first" if boot.per_gpu else ""
     slots = sorted({shape.slots for shape in provider.catalog().shapes()})
-    gpus = "-".join(str(s) for s in (slots[0], slots[-1]) if s) if len(slots) > 1 else ""
+    spread = "-".join(str(s) for s in (slots[0], slots[-1]) if s) if len(slots) > 1 else ""
+    gpus = f"{spread} GPUs" if spread else ""
     headroom = provider.warm_headroom_slots
     lines = [
         f"{trace.name}: {len(trace.jobs):,} jobs over {days:.1f} days, "
         f"{trace.busy_gpu_seconds / HOUR:,.0f} busy GPU-hours",
         f"pool {replay.pool.name}: {provider.shape}, "
-        f"{gpus or provider.slots_per_instance} GPUs each, "
+        f"{gpus or _gpus(provider.slots_per_instance)} each, "
         f"{provider.min_instances}..{provider.max_instances} instances, "
         f"idle {format_duration(provider.max_idle_agent_period)}, "
         f"starting {format_duration(provider.max_agent_starting_period)}"
