@@ -1,7 +1,9 @@
-"""Small SVG charts written by hand: lines over time, and labelled points.
+"""Small SVG charts written by hand: lines and filled bands over time, and labelled points.
 
 The simulator's plots need no plotting library: an SVG is text, opens in any browser,
-and embeds in a self-contained HTML page. Each chart is one ``<svg>`` element.
+and embeds in a self-contained HTML page. Each chart is one ``<svg>`` element; its
+parts carry a ``class`` (and a series its ``data-series``) so a reader or a test can
+find them.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from html import escape
 
 WIDTH = 960
 HEIGHT = 300
+FONT_SIZE = 12
 _MARGIN = (48, 24, 48, 84)  # top, right, bottom, left
-_FONT = 'font-family="system-ui, sans-serif" font-size="12"'
+_FONT = f'font-family="system-ui, sans-serif" font-size="{FONT_SIZE}"'
 
 Format = Callable[[float], str]
 
@@ -25,6 +28,20 @@ class Line:
     color: str
     points: Sequence[tuple[float, float]]
     dashed: bool = False
+    width: float = 1.5
+    series: str = ""  # its data-series in the SVG
+
+
+@dataclass(frozen=True)
+class Band:
+    """A filled area between a lower and an upper value at each x, such as the GPUs
+    billed but running no task, between busy and fleet."""
+
+    label: str
+    color: str
+    points: Sequence[tuple[float, float, float]]  # (x, low, high)
+    opacity: float = 1.0
+    series: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,14 +67,18 @@ class _Frame:
     width: int = WIDTH
     height: int = HEIGHT
 
+    @property
+    def box(self) -> tuple[float, float, float, float]:
+        return (_MARGIN[3], _MARGIN[0], self.width - _MARGIN[1], self.height - _MARGIN[2])
+
     def x(self, value: float) -> float:
         low, high = self.x_range
-        left, right = _MARGIN[3], self.width - _MARGIN[1]
+        left, _, right, _ = self.box
         return left + (value - low) / ((high - low) or 1) * (right - left)
 
     def y(self, value: float) -> float:
         low, high = self.y_range
-        top, bottom = _MARGIN[0], self.height - _MARGIN[2]
+        _, top, _, bottom = self.box
         return bottom - (value - low) / ((high - low) or 1) * (bottom - top)
 
 
@@ -78,27 +99,46 @@ def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
 def line_chart(
     title: str,
     lines: Sequence[Line],
+    bands: Sequence[Band],
     x_label: str,
     y_label: str,
+    y_max: float | None = None,
     x_format: Format = lambda v: f"{v:g}",
     y_format: Format = lambda v: f"{v:,.0f}",
 ) -> str:
+    """Bands under lines, on a y axis from zero to ``y_max`` (default: the highest value)
+    rounded up: charts given the same ``y_max`` share their scale."""
     xs = [x for line in lines for x, _ in line.points]
+    xs += [x for band in bands for x, _, _ in band.points]
     ys = [y for line in lines for _, y in line.points]
-    y_ticks = nice_ticks(0, max(ys, default=1) or 1)
+    ys += [high for band in bands for _, _, high in band.points]
+    y_ticks = nice_ticks(0, (max(ys, default=1) if y_max is None else y_max) or 1)
     x_range = (min(0.0, *xs), max(xs, default=1.0))
     x_ticks = nice_ticks(*x_range)
     frame = _Frame(x_range, (0, y_ticks[-1]))
     body = [_axes(frame, x_ticks, y_ticks, x_label, y_label, x_format, y_format)]
+    body += [_band(frame, band) for band in bands]
     for line in lines:
         path = " ".join(f"{frame.x(x):.1f},{frame.y(y):.1f}" for x, y in line.points)
         dash = ' stroke-dasharray="6 4"' if line.dashed else ""
         body.append(
-            f'<polyline fill="none" stroke="{line.color}" stroke-width="1.5"{dash} '
-            f'points="{path}"/>'
+            f'<polyline class="line" data-series="{escape(line.series)}" fill="none" '
+            f'stroke="{line.color}" stroke-width="{line.width}"{dash} points="{path}"/>'
         )
-    body.append(_legend([(line.label, line.color) for line in lines]))
+    entries = [(band.label, band.color, "area") for band in bands]
+    entries += [(line.label, line.color, "dashed" if line.dashed else "line") for line in lines]
+    body.append(_legend(entries))
     return _svg(title, body)
+
+
+def _band(frame: _Frame, band: Band) -> str:
+    """A polygon along the upper values and back along the lower ones."""
+    upper = [f"{frame.x(x):.1f},{frame.y(high):.1f}" for x, _, high in band.points]
+    lower = [f"{frame.x(x):.1f},{frame.y(low):.1f}" for x, low, _ in reversed(band.points)]
+    return (
+        f'<polygon class="band" data-series="{escape(band.series)}" fill="{band.color}" '
+        f'fill-opacity="{band.opacity}" stroke="none" points="{" ".join(upper + lower)}"/>'
+    )
 
 
 def point_chart(
@@ -128,7 +168,7 @@ def point_chart(
                 f'<text x="{cx + dx:.1f}" y="{cy + 4:.1f}" text-anchor="{anchor}" {_FONT}>'
                 f"{escape(p.label)}</text>"
             )
-    body.append(_legend([(group.label, group.color) for group in groups]))
+    body.append(_legend([(group.label, group.color, "line") for group in groups]))
     return _svg(title, body)
 
 
@@ -149,15 +189,14 @@ def _axes(
     x_format: Format,
     y_format: Format,
 ) -> str:
-    left, right = _MARGIN[3], frame.width - _MARGIN[1]
-    top, bottom = _MARGIN[0], frame.height - _MARGIN[2]
-    parts = [f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" '
-             'fill="none" stroke="#bbb"/>']  # fmt: skip
+    left, top, right, bottom = frame.box
+    parts = [f'<rect class="frame" x="{left}" y="{top}" width="{right - left}" '
+             f'height="{bottom - top}" fill="none" stroke="#bbb"/>']  # fmt: skip
     for tick in y_ticks:
         y = frame.y(tick)
         parts.append(f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
         parts.append(
-            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" {_FONT}>'
+            f'<text class="tick-y" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" {_FONT}>'
             f"{escape(y_format(tick))}</text>"
         )
     for tick in x_ticks:
@@ -166,7 +205,7 @@ def _axes(
         x = frame.x(tick)
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}" stroke="#eee"/>')
         parts.append(
-            f'<text x="{x:.1f}" y="{bottom + 16}" text-anchor="middle" {_FONT}>'
+            f'<text class="tick-x" x="{x:.1f}" y="{bottom + 16}" text-anchor="middle" {_FONT}>'
             f"{escape(x_format(tick))}</text>"
         )
     parts.append(
@@ -180,13 +219,20 @@ def _axes(
     return "\n".join(parts)
 
 
-def _legend(entries: Sequence[tuple[str, str]]) -> str:
+def _legend(entries: Sequence[tuple[str, str, str]]) -> str:
+    """A swatch and a label per entry, in a row: a filled square for an ``area``, a bar
+    for a ``line``, a dashed bar for a ``dashed`` line."""
     parts = []
-    x = _MARGIN[3]
-    for label, color in entries:
-        parts.append(f'<rect x="{x}" y="28" width="14" height="4" fill="{color}"/>')
+    x = float(_MARGIN[3])
+    for label, color, style in entries:
+        if style == "area":
+            parts.append(f'<rect x="{x}" y="25" width="14" height="10" fill="{color}"/>')
+        else:
+            dash = ' stroke-dasharray="4 3"' if style == "dashed" else ""
+            parts.append(f'<line x1="{x}" x2="{x + 14}" y1="30" y2="30" stroke="{color}" '
+                         f'stroke-width="3"{dash}/>')  # fmt: skip
         parts.append(f'<text x="{x + 20}" y="34" {_FONT}>{escape(label)}</text>')
-        x += 30 + 7 * len(label)
+        x += 34 + 7 * len(label)
     return "\n".join(parts)
 
 

@@ -8,17 +8,45 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from dynagent.simulate.chart import HEIGHT, WIDTH, Line, Point, PointGroup, line_chart, point_chart
+from dynagent.simulate.chart import (
+    HEIGHT,
+    WIDTH,
+    Band,
+    Line,
+    Point,
+    PointGroup,
+    line_chart,
+    point_chart,
+)
 from dynagent.simulate.metrics import Summary
 from dynagent.simulate.replay import Replay
 
 SUFFIXES = (".html", ".svg")
 # Points per line: finer than a screen shows, coarse enough for a small file.
 _BUCKETS = 800
-_COLORS = {"demand": "#7f7f7f", "fleet": "#d62728", "busy": "#1f77b4"}
+
+
+@dataclass(frozen=True)
+class _Style:
+    color: str
+    opacity: float = 1.0
+    width: float = 1.5
+    dashed: bool = False
+
+
+# Busy GPUs a pale area; the GPUs billed above them (fleet minus busy: idle agents, free
+# slots beside tasks, boots) a strong red band on it, whose top is the fleet, so the
+# waste shows even where it is a sliver; demand a thin dashed line, above the band
+# where tasks wait.
+_STYLES = {
+    "busy": _Style("#9ecae1"),
+    "idle": _Style("#d62728"),
+    "demand": _Style("#333333", width=1.0, dashed=True),
+}
 _POLICY_COLORS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd")
 
 
@@ -38,33 +66,57 @@ def check_plot_path(path: str | os.PathLike[str]) -> None:
 
 
 def timeline_charts(replay: Replay) -> list[str]:
-    """One chart per policy, on the same time axis, so they compare at a glance."""
+    """One chart per policy, on the same time axis and the same GPU scale, so they
+    compare at a glance."""
     start = replay.trace.start
     end = max((run.end for run in replay.runs), default=start + 1)
     unit, unit_name = _time_unit(end - start)
-    charts = []
-    for run in replay.runs:
-        samples = run.series.averaged(start, end, _BUCKETS)
-        times = [(t - start) / unit for t, *_ in samples]
-        column = replay.column(run.policy)
-        charts.append(
-            line_chart(
-                f"{run.policy}: {column.gpu_hours:,.0f} GPU-hours billed, "
-                f"{column.vs_limit:.3f} x the limit",
-                [
-                    _line("fleet (GPUs billed)", "fleet", times, [s[2] for s in samples]),
-                    _line("busy (GPUs in use)", "busy", times, [s[3] for s in samples]),
-                    _line("demand (GPUs asked for)", "demand", times, [s[1] for s in samples]),
-                ],
-                f"{unit_name} since the trace's start",
-                "GPUs (mean over each step)",
-            )
+    sampled = [(run.policy, run.series.averaged(start, end, _BUCKETS)) for run in replay.runs]
+    top = max((max(s[1], s[2]) for _, samples in sampled for s in samples), default=1.0)
+    return [
+        line_chart(
+            _timeline_title(replay.column(policy)),
+            *_timeline_series([((s[0] - start) / unit, s) for s in samples]),
+            x_label=f"{unit_name} since the trace's start",
+            y_label="GPUs (mean over each step)",
+            y_max=top,
         )
-    return charts
+        for policy, samples in sampled
+    ]
 
 
-def _line(label: str, key: str, times: Sequence[float], values: Sequence[float]) -> Line:
-    return Line(label, _COLORS[key], list(zip(times, values, strict=True)), key == "demand")
+def _timeline_series(
+    timed: Sequence[tuple[float, tuple[int, float, float, float]]],
+) -> tuple[list[Line], list[Band]]:
+    """Busy GPUs as an area, the fleet above them as a band, demand as a line.
+    Each sample is ``(second, demand, fleet, busy)`` (``Series.averaged``)."""
+    lines = [_line("demand (GPUs asked for)", "demand", [(t, s[1]) for t, s in timed])]
+    bands = [
+        _band("busy (GPUs running tasks)", "busy", [(t, 0, s[3]) for t, s in timed]),
+        _band("idle (GPUs billed, no task; its top is the fleet)", "idle",
+              [(t, s[3], s[2]) for t, s in timed]),
+    ]  # fmt: skip
+    return lines, bands
+
+
+def _timeline_title(column: Summary) -> str:
+    """The billed GPU-hours, how many of them ran no task, and the ratio to the limit."""
+    idle = column.gpu_hours - column.busy_gpu_hours
+    share = idle / column.gpu_hours if column.gpu_hours else 0.0
+    return (
+        f"{column.name}: {column.gpu_hours:,.0f} GPU-hours billed, {idle:,.0f} of them "
+        f"({share:.0%}) running no task; {column.vs_limit:.3f} x the limit"
+    )
+
+
+def _line(label: str, key: str, points: Sequence[tuple[float, float]]) -> Line:
+    style = _STYLES[key]
+    return Line(label, style.color, points, style.dashed, style.width, key)
+
+
+def _band(label: str, key: str, points: Sequence[tuple[float, float, float]]) -> Band:
+    style = _STYLES[key]
+    return Band(label, style.color, points, style.opacity, key)
 
 
 def sweep_charts(field: str, points: Sequence[tuple[str, Replay]]) -> list[str]:
