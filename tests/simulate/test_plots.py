@@ -1,5 +1,6 @@
 """What the plots show a person, read back from their SVG: the GPUs billed and running
-no task as a band of their own, and one GPU scale for both policies."""
+no task as a band of their own, one GPU scale for both policies, and sweep charts whose
+wait axes do not stretch a few seconds across the whole width."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from dynagent.simulate.plot import timeline_charts
+from dynagent.simulate.boot import BootModel
+from dynagent.simulate.chart import axis_range
+from dynagent.simulate.plot import sweep_charts, timeline_charts
+from dynagent.simulate.run import RunOptions
+from dynagent.simulate.sweep import SweepSpec, sweep
 
-from .builders import mixed_pool, replay_both, trace
+from .builders import SETTINGS, mixed_pool, pool, replay_both, trace
 
 SVG = "{http://www.w3.org/2000/svg}"
+Box = tuple[float, float, float, float]  # left, top, right, bottom
 # Jobs of 1 to 3 GPUs every 15 minutes: short idle periods reap the machines between them.
 JOBS = trace(*[(i * 900, 600, 1 + i % 3) for i in range(12)])
 
@@ -22,6 +28,12 @@ def texts(svg: ET.Element, kind: str) -> list[ET.Element]:
 
 def value(text: ET.Element) -> float:
     return float((text.text or "").replace("$", "").replace(",", ""))
+
+
+def frame(svg: ET.Element) -> Box:
+    rect = next(e for e in svg.iter(f"{SVG}rect") if e.get("class") == "frame")
+    x, y = float(rect.get("x", "0")), float(rect.get("y", "0"))
+    return (x, y, x + float(rect.get("width", "0")), y + float(rect.get("height", "0")))
 
 
 def polygon_area(element: ET.Element) -> float:
@@ -56,3 +68,44 @@ def test_the_gpus_billed_and_running_no_task_are_a_band_of_their_own() -> None:
         assert demand.get("stroke-dasharray")
         colours = {bands["idle"].get("fill"), bands["busy"].get("fill"), demand.get("stroke")}
         assert len(colours) == 3
+
+
+def idle_sweep() -> list[str]:
+    """A sweep whose p95s differ by 2 s and whose p50s include 0 s (the machine still up)."""
+    spec = SweepSpec("max_idle_agent_period", ("1m", "5m", "20m"))
+    options = RunOptions(boot=BootModel(jitter=20, seed=1))
+    return sweep_charts(spec.field, sweep(JOBS, pool(), SETTINGS, spec, options=options))
+
+
+def test_a_few_seconds_of_wait_are_not_stretched_across_the_axis() -> None:
+    p95 = ET.fromstring(idle_sweep()[1])
+    xs = [float(c.get("cx", "0")) for c in p95.iter(f"{SVG}circle")]
+    left, _, right, _ = frame(p95)
+    ticks = sorted(value(t) for t in texts(p95, "tick-x"))
+    # Pixels to seconds, from the first and last tick, which sit on the frame's edges.
+    seconds = [ticks[0] + (x - left) / (right - left) * (ticks[-1] - ticks[0]) for x in xs]
+    spread = max(seconds) - min(seconds)
+    assert 0 < spread < 0.05 * max(seconds)  # waits apart by a few seconds out of minutes
+    # On screen that difference takes no more of the axis than of the wait itself.
+    assert (max(xs) - min(xs)) / (right - left) <= spread / max(seconds) + 0.01
+
+
+@pytest.mark.parametrize(
+    ("values", "from_zero"),
+    [
+        ([215, 218], True),
+        ([100_133, 100_190], False),
+        ([100_133, 313_063], False),
+        ([0, 0], False),
+        ([-5, 5], False),
+    ],
+)
+def test_an_axis_covers_its_values_and_a_tenth_of_their_size(
+    values: list[float], from_zero: bool
+) -> None:
+    low, high = axis_range(values, from_zero)
+    assert low < min(values) or low == 0 <= min(values)
+    assert high > max(values)
+    assert low >= 0 or min(values) < 0
+    assert low == 0 or not from_zero
+    assert high - low >= 0.1 * max(abs(v) for v in values)

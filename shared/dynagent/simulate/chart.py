@@ -18,6 +18,9 @@ HEIGHT = 300
 FONT_SIZE = 12
 _MARGIN = (48, 24, 48, 84)  # top, right, bottom, left
 _FONT = f'font-family="system-ui, sans-serif" font-size="{FONT_SIZE}"'
+# An axis not drawn from zero spans at least this share of its largest value, so a
+# difference smaller than that is drawn as small as it is, not across the whole axis.
+_MIN_SPAN = 0.1
 
 Format = Callable[[float], str]
 
@@ -96,6 +99,19 @@ def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
     return [round(index * step, 10) for index in range(first, last + 1)]
 
 
+def axis_range(values: Sequence[float], from_zero: bool = False) -> tuple[float, float]:
+    """The range an axis shows: the values and a tenth of their span each side, so no
+    point sits on the frame (never below zero for values that are not). From zero when
+    asked; otherwise at least ``_MIN_SPAN`` of the largest value wide, centred on them."""
+    low, high = min(values, default=0.0), max(values, default=1.0)
+    floor = 0.0 if low >= 0 else -math.inf
+    if from_zero:
+        low = min(low, 0.0)
+    span = max(high - low, _MIN_SPAN * max(abs(low), abs(high))) or 1.0
+    middle = (low + high) / 2
+    return max(floor, middle - span * 0.6), middle + span * 0.6
+
+
 def line_chart(
     title: str,
     lines: Sequence[Line],
@@ -146,18 +162,21 @@ def point_chart(
     groups: Sequence[PointGroup],
     x_label: str,
     y_label: str,
+    x_from_zero: bool = False,
     x_format: Format = lambda v: f"{v:g}",
     y_format: Format = lambda v: f"{v:,.0f}",
 ) -> str:
-    """Labelled points, joined in order within each group."""
+    """Labelled points, joined in order within each group; the x axis from zero when
+    asked (a wait, where no wait is the natural floor)."""
     points = [p for group in groups for p in group.points]
-    x_ticks = nice_ticks(*_padded([p.x for p in points]))
-    y_ticks = nice_ticks(*_padded([p.y for p in points]))
+    x_ticks = nice_ticks(*axis_range([p.x for p in points], x_from_zero))
+    y_ticks = nice_ticks(*axis_range([p.y for p in points]))
     frame = _Frame((x_ticks[0], x_ticks[-1]), (y_ticks[0], y_ticks[-1]))
     body = [_axes(frame, x_ticks, y_ticks, x_label, y_label, x_format, y_format)]
-    for index, group in enumerate(groups):
+    for group in groups:
         path = " ".join(f"{frame.x(p.x):.1f},{frame.y(p.y):.1f}" for p in group.points)
         body.append(f'<polyline fill="none" stroke="{group.color}" points="{path}"/>')
+    for index, group in enumerate(groups):
         # The first group's labels to the left of its points, the others' to the right,
         # so two policies at nearly the same wait do not write over each other.
         dx, anchor = (-8, "end") if index == 0 else (8, "start")
@@ -165,19 +184,11 @@ def point_chart(
             cx, cy = frame.x(p.x), frame.y(p.y)
             body.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{group.color}"/>')
             body.append(
-                f'<text x="{cx + dx:.1f}" y="{cy + 4:.1f}" text-anchor="{anchor}" {_FONT}>'
-                f"{escape(p.label)}</text>"
+                f'<text class="point-label" x="{cx + dx:.1f}" y="{cy + 4:.1f}" '
+                f'text-anchor="{anchor}" {_FONT}>{escape(p.label)}</text>'
             )
     body.append(_legend([(group.label, group.color, "line") for group in groups]))
     return _svg(title, body)
-
-
-def _padded(values: Sequence[float]) -> tuple[float, float]:
-    """The values' range widened by a tenth on each side (never below zero), so no
-    point sits on the frame."""
-    low, high = min(values, default=0.0), max(values, default=1.0)
-    pad = (high - low) * 0.1 or abs(high) * 0.05 or 1.0
-    return max(0.0, low - pad), high + pad
 
 
 def _axes(

@@ -150,6 +150,7 @@ def _sweep_chart(
         groups,
         f"{wait} (seconds)",
         "cost ($)",
+        x_from_zero=True,
         y_format=lambda v: f"${v:,.0f}",
     )
 
