@@ -1,15 +1,21 @@
 """What the plots show a person, read back from their SVG: the GPUs billed and running
 no task as a band of their own, one GPU scale for both policies, and sweep charts whose
-wait axes do not stretch a few seconds across the whole width."""
+labels stay clear of the axes and whose wait axes do not stretch a few seconds across
+the whole width.
+
+Text boxes are estimated here on their own, on the wide side: no glyph of a 12 px sans
+is wider than 12 px, and none but the likes of m and w wider than 0.7 of it.
+"""
 
 from __future__ import annotations
 
+import itertools
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from dynagent.simulate.boot import BootModel
-from dynagent.simulate.chart import axis_range
+from dynagent.simulate.chart import Point, PointGroup, axis_range, point_chart
 from dynagent.simulate.plot import sweep_charts, timeline_charts
 from dynagent.simulate.run import RunOptions
 from dynagent.simulate.sweep import SweepSpec, sweep
@@ -30,10 +36,22 @@ def value(text: ET.Element) -> float:
     return float((text.text or "").replace("$", "").replace(",", ""))
 
 
+def text_box(text: ET.Element) -> Box:
+    label, size = text.text or "", float(text.get("font-size", "12"))
+    width = sum(size if c in "mwMW%" else 0.7 * size for c in label)
+    x, y = float(text.get("x", "0")), float(text.get("y", "0"))
+    left = {"start": x, "middle": x - width / 2, "end": x - width}[text.get("text-anchor", "start")]
+    return (left, y - size, left + width, y + 0.3 * size)
+
+
 def frame(svg: ET.Element) -> Box:
     rect = next(e for e in svg.iter(f"{SVG}rect") if e.get("class") == "frame")
     x, y = float(rect.get("x", "0")), float(rect.get("y", "0"))
     return (x, y, x + float(rect.get("width", "0")), y + float(rect.get("height", "0")))
+
+
+def overlaps(a: Box, b: Box) -> bool:
+    return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
 
 
 def polygon_area(element: ET.Element) -> float:
@@ -75,6 +93,30 @@ def idle_sweep() -> list[str]:
     spec = SweepSpec("max_idle_agent_period", ("1m", "5m", "20m"))
     options = RunOptions(boot=BootModel(jitter=20, seed=1))
     return sweep_charts(spec.field, sweep(JOBS, pool(), SETTINGS, spec, options=options))
+
+
+def crowded_chart() -> str:
+    """A policy's points on the frame's left edge (no wait) and another's four at one
+    spot, on top of one of the first's."""
+    first = [Point(0, 300, "64"), Point(0, 200, "32"), Point(150, 110, "8")]
+    second = [Point(150, 110, label) for label in ("0", "8", "32", "64")]
+    groups = [PointGroup("a", "red", first), PointGroup("b", "blue", second)]
+    return point_chart("crowded", groups, "wait", "cost", x_from_zero=True)
+
+
+def test_sweep_labels_stay_clear_of_the_ticks_and_of_each_other() -> None:
+    charts = [*idle_sweep(), crowded_chart()]
+    for chart in charts:
+        svg = ET.fromstring(chart)
+        labels = [text_box(e) for e in texts(svg, "point-label")]
+        ticks = [text_box(e) for e in texts(svg, "tick-x") + texts(svg, "tick-y")]
+        assert labels and ticks
+        inner = frame(svg)
+        for label in labels:
+            assert not any(overlaps(label, tick) for tick in ticks)
+            assert inner[0] <= label[0] and label[2] <= inner[2]
+            assert inner[1] <= label[1] and label[3] <= inner[3]
+        assert not any(overlaps(a, b) for a, b in itertools.combinations(labels, 2))
 
 
 def test_a_few_seconds_of_wait_are_not_stretched_across_the_axis() -> None:

@@ -13,11 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from dynagent.simulate.labels import Box, place, text_width
+
 WIDTH = 960
 HEIGHT = 300
 FONT_SIZE = 12
 _MARGIN = (48, 24, 48, 84)  # top, right, bottom, left
 _FONT = f'font-family="system-ui, sans-serif" font-size="{FONT_SIZE}"'
+_RADIUS = 4  # of a point's dot
 # An axis not drawn from zero spans at least this share of its largest value, so a
 # difference smaller than that is drawn as small as it is, not across the whole axis.
 _MIN_SPAN = 0.1
@@ -71,7 +74,7 @@ class _Frame:
     height: int = HEIGHT
 
     @property
-    def box(self) -> tuple[float, float, float, float]:
+    def box(self) -> Box:
         return (_MARGIN[3], _MARGIN[0], self.width - _MARGIN[1], self.height - _MARGIN[2])
 
     def x(self, value: float) -> float:
@@ -176,19 +179,46 @@ def point_chart(
     for group in groups:
         path = " ".join(f"{frame.x(p.x):.1f},{frame.y(p.y):.1f}" for p in group.points)
         body.append(f'<polyline fill="none" stroke="{group.color}" points="{path}"/>')
-    for index, group in enumerate(groups):
-        # The first group's labels to the left of its points, the others' to the right,
-        # so two policies at nearly the same wait do not write over each other.
-        dx, anchor = (-8, "end") if index == 0 else (8, "start")
-        for p in group.points:
-            cx, cy = frame.x(p.x), frame.y(p.y)
-            body.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{group.color}"/>')
-            body.append(
-                f'<text class="point-label" x="{cx + dx:.1f}" y="{cy + 4:.1f}" '
-                f'text-anchor="{anchor}" {_FONT}>{escape(p.label)}</text>'
-            )
+    for group in groups:
+        body += [
+            f'<circle class="point" cx="{frame.x(p.x):.1f}" cy="{frame.y(p.y):.1f}" '
+            f'r="{_RADIUS}" fill="{group.color}"/>'
+            for p in group.points
+        ]
+    body += _point_labels(frame, groups)
     body.append(_legend([(group.label, group.color, "line") for group in groups]))
     return _svg(title, body)
+
+
+def _point_labels(frame: _Frame, groups: Sequence[PointGroup]) -> list[str]:
+    """One label per spot of each group (the values of points drawn at the same spot
+    joined), placed inside the frame clear of every dot and of the labels before it.
+    The first group's labels go left of their points first, the others' right."""
+    spots = [_spots(frame, group) for group in groups]
+    taken: list[Box] = [
+        (x - _RADIUS, y - _RADIUS, x + _RADIUS, y + _RADIUS) for group in spots for x, y in group
+    ]
+    left, top, right, bottom = frame.box
+    area = (left + 2, top + 2, right - 2, bottom - 2)
+    parts = []
+    for index, group in enumerate(spots):
+        for spot, values in group.items():
+            label = place(", ".join(values), spot, area, taken, FONT_SIZE, index == 0)
+            taken.append(label.box)
+            parts.append(
+                f'<text class="point-label" x="{label.x:.1f}" y="{label.y:.1f}" '
+                f'text-anchor="{label.anchor}" {_FONT}>{escape(label.text)}</text>'
+            )
+    return parts
+
+
+def _spots(frame: _Frame, group: PointGroup) -> dict[tuple[float, float], list[str]]:
+    """The group's labels by the pixel their point is drawn at (to the nearest one)."""
+    spots: dict[tuple[float, float], list[str]] = {}
+    for p in group.points:
+        spot = (round(frame.x(p.x)), round(frame.y(p.y)))
+        spots.setdefault(spot, []).append(p.label)
+    return spots
 
 
 def _axes(
@@ -243,7 +273,7 @@ def _legend(entries: Sequence[tuple[str, str, str]]) -> str:
             parts.append(f'<line x1="{x}" x2="{x + 14}" y1="30" y2="30" stroke="{color}" '
                          f'stroke-width="3"{dash}/>')  # fmt: skip
         parts.append(f'<text x="{x + 20}" y="34" {_FONT}>{escape(label)}</text>')
-        x += 34 + 7 * len(label)
+        x += 34 + text_width(label, FONT_SIZE)
     return "\n".join(parts)
 
 
