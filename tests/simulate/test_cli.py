@@ -193,3 +193,21 @@ def test_a_pool_of_one_gpu_machines_reads_one_gpu_each(
     files["trace.csv"].write_text("arrival_s,duration_s,gpus\n0,600,1\n")
     assert main(["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]) == 0
     assert "pool small: g5.2xlarge, 1 GPU each, 0..3 instances" in capsys.readouterr().out
+
+
+def test_a_sweep_table_keeps_waits_of_thousands_of_hours_apart(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 24 jobs of 100 hours at once on one or two machines: waits of over 1,000 hours.
+    files["trace.csv"].write_text("arrival_s,duration_s,gpus\n" + "0,360000,8\n" * 24)
+    args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
+    assert main([*args, "--sweep", "max_instances=1,2", "--no-progress"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:5]]
+    assert [row[:2] for row in rows] == [
+        ["1", "dynagent"],
+        ["1", "determined"],
+        ["2", "dynagent"],
+        ["2", "determined"],
+    ]
+    assert all(len(row) == 8 for row in rows)
+    assert rows[0][4].startswith("1100h")  # p50: the 12th job waits for eleven, and a boot

@@ -71,19 +71,32 @@ def sweep(
 
 
 def sweep_table(field: str, points: Sequence[tuple[str, Replay]]) -> str:
-    header = (
-        f"{field:<28}{'policy':<12}{'cost':>14}{'GPU-h/limit':>13}{'wait p50':>10}{'wait p95':>10}"
-        f"{'wait mean':>11}{'waited':>8}"
-    )
-    lines = [header]
+    """One row per value and policy; each column as wide as its widest cell, so waits of
+    hundreds of hours stay apart."""
+    rows = [[field, "policy", "cost", "GPU-h/limit", "wait p50", "wait p95", "wait mean"]]
+    rows[0].append("waited")
     for value, result in points:
         for column in result.columns:
             if column.name == "limit":
                 continue
-            lines.append(
-                f"{value:<28}{column.name:<12}{f'${column.cost:,.0f}':>14}"
-                f"{column.vs_limit:>13.4f}{format_wait(column.wait_p50):>10}"
-                f"{format_wait(column.wait_p95):>10}"
-                f"{format_wait(round(column.wait_mean or 0)):>11}{column.waited or 0:>8.1%}"
+            rows.append(
+                [
+                    value,
+                    column.name,
+                    f"${column.cost:,.0f}",
+                    f"{column.vs_limit:.4f}",
+                    format_wait(column.wait_p50),
+                    format_wait(column.wait_p95),
+                    format_wait(round(column.wait_mean or 0)),
+                    f"{column.waited or 0:.1%}",
+                ]
             )
-    return "\n".join(lines)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    # The value and policy read left to right; the figures line up on the right.
+    return "\n".join(
+        "  ".join(
+            cell.ljust(width) if i < 2 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    )
