@@ -1,11 +1,13 @@
 """The local AWS where ``dynagent doctor`` leans on it: IAM's policy evaluation
 (SimulatePrincipalPolicy, iam:PassRole on dry runs), Service Quotas, spot placement
-scores, instance type offerings and the stack made from template.yaml; each as AWS
-documents it, through boto3."""
+scores, instance type offerings, Lambda's account settings and the stack made from
+template.yaml; each as AWS documents it, through boto3."""
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from typing import Any
 
 import boto3
@@ -191,3 +193,50 @@ def test_the_stack_from_template_yaml_lists_only_the_resources_it_made(aws: Loca
     # PassAgentRolePolicy's condition (an agent role given) is false: it is not made.
     assert "PassAgentRolePolicy" not in logical
     assert {"SnapshotQueue", "DeadLetterQueue", "ReconcileRole", "FleetPolicy"} <= logical
+    # The functions, as plain Lambda functions holding their reserved concurrency.
+    physical = {r["LogicalResourceId"]: r["PhysicalResourceId"] for r in listed}
+    lam = aws.client("lambda")
+    sweep = lam.get_function_concurrency(FunctionName=physical["SweepFunction"])
+    assert sweep["ReservedConcurrentExecutions"] == 1
+    assert "ReservedConcurrentExecutions" not in lam.get_function_concurrency(
+        FunctionName=physical["ReconcileFunction"]
+    )
+
+
+def lambda_function(aws: LocalAws, name: str) -> None:
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+             "Principal": {"Service": "lambda.amazonaws.com"}}]}  # fmt: skip
+    role = aws.client("iam").create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("app.py", "def handler(event, context):\n    return None\n")
+    aws.client("lambda").create_function(
+        FunctionName=name, Runtime="python3.13", Handler="app.handler",
+        Role=role["Role"]["Arn"], Code={"ZipFile": code.getvalue()},
+    )  # fmt: skip
+
+
+def test_account_settings_report_the_limit_less_what_functions_reserve(aws: LocalAws) -> None:
+    lam = aws.client("lambda")
+    limits = lam.get_account_settings()["AccountLimit"]
+    assert (limits["ConcurrentExecutions"], limits["UnreservedConcurrentExecutions"]) == (
+        1000,
+        1000,
+    )
+    lambda_function(aws, "f")
+    lam.put_function_concurrency(FunctionName="f", ReservedConcurrentExecutions=900)
+    limits = lam.get_account_settings()["AccountLimit"]
+    assert limits["UnreservedConcurrentExecutions"] == 100
+    # Changing f's own reservation counts it once; one more would leave 99.
+    lam.put_function_concurrency(FunctionName="f", ReservedConcurrentExecutions=900)
+    with pytest.raises(ClientError, match=r"below its minimum value of \[100\]") as refused:
+        lam.put_function_concurrency(FunctionName="f", ReservedConcurrentExecutions=901)
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterValueException"
+    # Per region; and an account whose limit is 10 cannot reserve anything.
+    aws.set_lambda_concurrency(10, region="us-east-1")
+    east = aws.client("lambda", "us-east-1").get_account_settings()["AccountLimit"]
+    assert (east["ConcurrentExecutions"], east["UnreservedConcurrentExecutions"]) == (10, 10)
+    aws.set_lambda_concurrency(10)
+    lam.delete_function_concurrency(FunctionName="f")
+    with pytest.raises(ClientError, match=r"below its minimum value of \[10\]"):
+        lam.put_function_concurrency(FunctionName="f", ReservedConcurrentExecutions=1)

@@ -75,7 +75,8 @@ class Account:
         return next(p for p in self.pools() if p["pool_name"] == name)
 
 
-def well_formed(aws: LocalAws, quotas: dict[str, int] = QUOTAS) -> Account:
+def well_formed(aws: LocalAws, quotas: dict[str, int] = QUOTAS, *, stack: bool = True) -> Account:
+    """The account, with the stack deployed unless ``stack`` is False."""
     ec2, iam = aws.client("ec2"), aws.client("iam")
     vpc = ec2.create_vpc(CidrBlock="10.8.0.0/16")["Vpc"]["VpcId"]
     subnets = {
@@ -97,11 +98,15 @@ def well_formed(aws: LocalAws, quotas: dict[str, int] = QUOTAS) -> Account:
     for (kind, zone), score in SCORES.items():
         aws.set_spot_placement_score(kind, zone, score)
     iam.create_service_linked_role(AWSServiceName="spot.amazonaws.com")
-    parameters = {"ManagedTagKey": TAG_KEY, "ManagedTagValue": TAG_VALUE,
-                  "AgentInstanceProfileRoleArn": account.agent_role}  # fmt: skip
-    deploy_stack(aws.client("cloudformation"), STACK, parameters)
+    if stack:
+        deploy_stack(aws.client("cloudformation"), STACK, stack_parameters(account))
     launched_once(account, "train")
     return account
+
+
+def stack_parameters(account: Account) -> dict[str, str]:
+    return {"ManagedTagKey": TAG_KEY, "ManagedTagValue": TAG_VALUE,
+            "AgentInstanceProfileRoleArn": account.agent_role}  # fmt: skip
 
 
 def launched_once(account: Account, name: str) -> None:

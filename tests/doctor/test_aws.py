@@ -4,7 +4,9 @@ boto3 over HTTP), through the real EC2, Service Quotas, IAM, CloudFormation and 
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,20 @@ from botocore.exceptions import ClientError
 from dynagent.cli import main
 from dynagent.config import Config
 from dynagent.doctor.aws import AwsClients, check, guarded
+from dynagent.doctor.aws.concurrency import RESERVATIONS, RESERVED
 from dynagent.doctor.findings import Finding, Status
 from dynagent.testing.aws import LocalAws
-from dynagent.testing.aws_stack import deploy_stack
+from dynagent.testing.aws_stack import TEMPLATE, DeployFailed, deploy_stack
 
-from .aws_account import REGION, STACK, TAG_KEY, TAG_VALUE, Account, well_formed
+from .aws_account import (
+    REGION,
+    STACK,
+    TAG_KEY,
+    TAG_VALUE,
+    Account,
+    stack_parameters,
+    well_formed,
+)
 
 
 @pytest.fixture
@@ -72,6 +83,10 @@ def test_a_well_formed_account_passes_every_check(
     assert "pool big: dry run of launching p4d.24xlarge" in text and "(RunInstances)" in text
     assert "(RequestSpotInstances)" in text
     assert text.count("stack dyn: role ") == 6 and text.count("queue: https://") == 2
+    assert (
+        f"✔ Lambda concurrency in {REGION}: 998 of 1000 unreserved; the stack's functions "
+        "hold theirs" in lines
+    )
     for check_name in ("AMI", "offered in", "network", "vCPU quota", "placement scores",
                        "AWSServiceRoleForEC2Spot"):  # fmt: skip
         assert check_name in text
@@ -89,7 +104,7 @@ def test_json_names_each_check_and_says_nothing_failed(
     statuses = {(c["check"], c["status"]) for c in report["checks"]}
     assert statuses == {
         ("aws.image", "ok"), ("aws.offered", "ok"), ("aws.network", "ok"), ("aws.quota", "ok"),
-        ("aws.dry_run", "ok"), ("aws.stack", "unknown"),
+        ("aws.dry_run", "ok"), ("aws.lambda_concurrency", "ok"), ("aws.stack", "unknown"),
     }  # fmt: skip
     (stack,) = [c for c in report["checks"] if c["check"] == "aws.stack"]
     assert stack["fix"] == "give the deployed stack's name: --stack NAME"
@@ -280,6 +295,76 @@ def test_spot_placement_scores_warn_when_low_and_are_unknown_when_absent(account
     cheap["provider"]["instance_type"] = "g6.xlarge"  # nothing scored
     none = only(run(account, account.config(cheap)), "aws.spot_score", Status.UNKNOWN)
     assert none.why == "EC2 gave no score for these types and zones"
+
+
+class _CloudFormationYaml(yaml.SafeLoader):
+    """template.yaml as plain data: CloudFormation's short forms (!Ref...) read as None."""
+
+
+_CloudFormationYaml.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def test_the_concurrency_check_counts_what_template_yaml_reserves() -> None:
+    template = yaml.load(TEMPLATE.read_text(), Loader=_CloudFormationYaml)
+    reserved = {
+        name: resource["Properties"]["ReservedConcurrentExecutions"]
+        for name, resource in template["Resources"].items()
+        if "ReservedConcurrentExecutions" in resource.get("Properties", {})
+    }
+    assert reserved == RESERVED
+    assert sum(reserved.values()) == RESERVATIONS
+
+
+def test_a_lambda_concurrency_of_10_fails_as_the_deploy_would(aws: LocalAws) -> None:
+    aws.set_lambda_concurrency(10)  # a new account's Concurrent executions
+    account = well_formed(aws, stack=False)
+    (failed,) = not_ok(run(account, account.config(account.pool("big"))))
+    assert (failed.check, failed.what) == (
+        "aws.lambda_concurrency",
+        f"Lambda concurrency in {REGION}",
+    )
+    assert failed.why == (
+        "10 of 10 unreserved: the stack's sweep and interruption functions reserve 2, and "
+        "Lambda keeps 100 unreserved, so the deploy would fail"
+    )
+    assert failed.fix == (
+        "raise the Lambda quota Concurrent executions (L-B99A9384) to at least 102: "
+        "aws service-quotas request-service-quota-increase --service-code lambda "
+        f"--quota-code L-B99A9384 --region {REGION} --desired-value 102"
+    )
+    cloudformation = aws.client("cloudformation")
+    with pytest.raises(DeployFailed, match=r"below its minimum value of \[10\]"):
+        deploy_stack(cloudformation, "refused", stack_parameters(account))
+    # The value the fix asks for is enough: doctor passes, and so does the deploy.
+    aws.set_lambda_concurrency(102)
+    assert not_ok(run(account, account.config(account.pool("big")))) == []
+    deploy_stack(cloudformation, STACK, stack_parameters(account))
+    findings = run(account, account.config(account.pool("big")), STACK)
+    assert only(findings, "aws.lambda_concurrency", Status.OK).why == (
+        "100 of 102 unreserved; the stack's functions hold theirs"
+    )
+
+
+def test_other_functions_reservations_count_against_the_stack(aws: LocalAws) -> None:
+    aws.set_lambda_concurrency(1000)
+    account = well_formed(aws, stack=False)
+    iam, lam = aws.client("iam"), aws.client("lambda")
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+             "Principal": {"Service": "lambda.amazonaws.com"}}]}  # fmt: skip
+    role = iam.create_role(RoleName="other", AssumeRolePolicyDocument=json.dumps(trust))
+    lam.create_function(FunctionName="other", Runtime="python3.13", Handler="app.handler",
+                        Role=role["Role"]["Arn"], Code={"ZipFile": zipped_handler()})  # fmt: skip
+    lam.put_function_concurrency(FunctionName="other", ReservedConcurrentExecutions=899)
+    failed = only(run(account, account.config(account.pool("big"))), "aws.lambda_concurrency")
+    assert failed.why.startswith("101 of 1000 unreserved: ")
+    assert failed.fix.endswith("--desired-value 1001")
+
+
+def zipped_handler() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("app.py", "def handler(event, context):\n    return None\n")
+    return buffer.getvalue()
 
 
 # --- The deployed stack ------------------------------------------------------------------

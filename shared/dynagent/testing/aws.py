@@ -55,8 +55,9 @@ runs, and only for that server's own moto account:
   launches with ``DryRun`` check the image and the caller's ``iam:PassRole`` on the
   instance profile's role, and use no capacity or injected failure; SimulatePrincipalPolicy
   evaluates the principal's identity policies; EC2's service-linked roles get AWS's names
-  (aws_iam.py). Service Quotas values for ``ec2``, spot placement scores and instance
-  types withheld from zones are set by tests (aws_account.py); a stack made from
+  (aws_iam.py). Service Quotas values for ``ec2``, spot placement scores, instance
+  types withheld from zones and the Lambda concurrency limit (GetAccountSettings, which
+  moto lacks) are set by tests (aws_account.py); a stack made from
   template.yaml stands for its deployment (aws_stack.py). Each module's docstring says
   where it is simpler than AWS.
 
@@ -990,7 +991,8 @@ def _sqs_send_message(self: Any, queue_name: str, message_body: str, *args: Any,
     return _moto_sqs_send_message(self, queue_name, message_body, *args, **kw)
 
 
-# (owner, attribute, replacement): each replaces an attribute the owner defines itself.
+# (owner, attribute, replacement): each replaces an attribute the owner defines itself,
+# or adds one it lacks (Lambda's GetAccountSettings), removed again when the last stops.
 # The method wrappers check that the account is a LocalAws's and otherwise call moto's
 # original. The SpotInstanceRequest properties and filter need no check: they differ
 # from moto only on state the fixes create, or where moto would fail (status-code filter).
@@ -1351,6 +1353,12 @@ class LocalAws(Service):
             raise ValueError("a spot placement score is 1 to 10")
         with _STATE_LOCK:
             self._knobs.facts.scores[(instance_type, zone)] = score
+
+    def set_lambda_concurrency(self, limit: int, *, region: str | None = None) -> None:
+        """The account's Lambda *Concurrent executions* in ``region`` (default: the
+        server's), as GetAccountSettings reports it and reservations are held to."""
+        with _STATE_LOCK:
+            self._knobs.facts.lambda_concurrency[region or self._region] = limit
 
     def withhold_instance_type(self, instance_type: str, zone: str) -> None:
         """DescribeInstanceTypeOfferings no longer lists ``instance_type`` in ``zone``."""

@@ -19,6 +19,15 @@ accounts, tests set what the real account would report:
 * ``DescribeInstanceTypeOfferings`` leaves out what ``LocalAws.withhold_instance_type``
   took away from a zone (availability-zone and availability-zone-id listings; the
   region listing keeps a type offered in any zone). Launches are not refused for it.
+* Lambda's ``GetAccountSettings`` (moto has none) serves the account's concurrency limit
+  in each region, set with ``LocalAws.set_lambda_concurrency`` (AWS's default of 1000
+  when unset), and its unreserved part: the limit less the ``ReservedConcurrentExecutions``
+  of the region's functions. A reservation (``PutFunctionConcurrency``, or a function
+  CloudFormation makes with one) that would leave less unreserved than the minimum is
+  refused with Lambda's ``InvalidParameterValueException`` and its message. Simpler than
+  AWS: the minimum is taken as 100, or the whole limit below 100 (AWS documents 100 and
+  has answered 10, 50 and 100 to different accounts; which it keeps when is not
+  published); no code-size limits are enforced, and the usage counts only the functions.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from moto.awslambda.exceptions import InvalidParameterValueException
+from moto.awslambda.models import LambdaBackend
+from moto.awslambda.responses import LambdaResponse
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
 from moto.ec2.exceptions import EC2ClientError
@@ -39,6 +51,14 @@ from moto.servicequotas.responses import ServiceQuotasResponse
 
 EC2_SERVICE: Final = "ec2"
 EC2_SERVICE_NAME: Final = "Amazon Elastic Compute Cloud (Amazon EC2)"
+# Lambda's concurrency limit for a new region of an established account, and the code
+# sizes GetAccountSettings reports (Lambda quotas, "Function configuration").
+LAMBDA_CONCURRENCY: Final = 1000
+LAMBDA_CODE_LIMITS: Final = {
+    "TotalCodeSize": 80_530_636_800, "CodeSizeUnzipped": 262_144_000, "CodeSizeZipped": 52_428_800
+}  # fmt: skip
+# The GetAccountSettings route moto's Lambda lacks (GET /2016-08-19/account-settings/).
+_ACCOUNT_SETTINGS_PATH: Final = r"/(?P<api_version>[^/]+)/account-settings/?$"
 
 
 @dataclass(frozen=True)
@@ -55,11 +75,13 @@ class AccountFacts:
     quotas: dict[tuple[str, str], Quota] = field(default_factory=dict)  # (region, code)
     scores: dict[tuple[str, str], int] = field(default_factory=dict)  # (type, zone)
     withheld: set[tuple[str, str]] = field(default_factory=set)  # (type, zone)
+    lambda_concurrency: dict[str, int] = field(default_factory=dict)  # region -> limit
 
     def clear(self) -> None:
         self.quotas.clear()
         self.scores.clear()
         self.withheld.clear()
+        self.lambda_concurrency.clear()
 
 
 Lookup = Callable[[str], AccountFacts | None]
@@ -160,7 +182,74 @@ def _offering_patches(lookup: Lookup) -> list[tuple[type, str, object]]:
     ]
 
 
+def _reserved(backend: Any, leaving_out: str = "") -> int:
+    """The concurrency the region's functions reserve (all but ``leaving_out``)."""
+    return sum(
+        int(f.reserved_concurrency or 0)
+        for f in backend.list_functions()
+        if f.function_name != leaving_out
+    )
+
+
+def _limit(facts: AccountFacts, region: str) -> int:
+    return facts.lambda_concurrency.get(region, LAMBDA_CONCURRENCY)
+
+
+def _check_reservation(facts: AccountFacts, backend: Any, name: str, wanted: Any) -> None:
+    """Refuse ``wanted`` for function ``name`` as Lambda does when it leaves too little."""
+    limit = _limit(facts, backend.region_name)
+    minimum = min(100, limit)
+    if limit - _reserved(backend, leaving_out=name) - int(wanted) < minimum:
+        raise InvalidParameterValueException(
+            "Specified ReservedConcurrentExecutions for function decreases account's "
+            f"UnreservedConcurrentExecution below its minimum value of [{minimum}]."
+        )
+
+
+def _lambda_patches(lookup: Lookup) -> list[tuple[type, str, object]]:
+    url_paths = LambdaBackend.url_paths
+    create_function = LambdaBackend.create_function
+    put_function_concurrency = LambdaBackend.put_function_concurrency
+
+    def paths(self: Any) -> Any:
+        return {**url_paths.__get__(self), _ACCOUNT_SETTINGS_PATH: LambdaResponse.dispatch}
+
+    def account_settings(self: Any) -> str:
+        facts = lookup(self.current_account)
+        if facts is None:
+            raise NotImplementedError("GetAccountSettings is LocalAws's only")
+        backend = self.backend
+        functions = list(backend.list_functions())
+        limit = _limit(facts, self.region)
+        limits = {**LAMBDA_CODE_LIMITS, "ConcurrentExecutions": limit,
+                  "UnreservedConcurrentExecutions": limit - _reserved(backend)}  # fmt: skip
+        usage = {"TotalCodeSize": sum(int(f.code_size) for f in functions),
+                 "FunctionCount": len(functions)}  # fmt: skip
+        return json.dumps({"AccountLimit": limits, "AccountUsage": usage})
+
+    def create(self: Any, spec: dict[str, Any]) -> Any:
+        facts = lookup(self.account_id)
+        wanted = spec.get("ReservedConcurrentExecutions")
+        if facts is not None and wanted is not None:
+            _check_reservation(facts, self, str(spec.get("FunctionName")), wanted)
+        return create_function(self, spec)
+
+    def put(self: Any, function_name: str, reserved_concurrency: str) -> Any:
+        facts = lookup(self.account_id)
+        if facts is not None:
+            name = self.get_function(function_name).function_name
+            _check_reservation(facts, self, name, reserved_concurrency)
+        return put_function_concurrency(self, function_name, reserved_concurrency)
+
+    return [
+        (LambdaBackend, "url_paths", property(paths)),
+        (LambdaResponse, "get_account_settings", account_settings),
+        (LambdaBackend, "create_function", create),
+        (LambdaBackend, "put_function_concurrency", put),
+    ]
+
+
 def patches(lookup: Lookup) -> tuple[tuple[type, str, object], ...]:
     """(owner, attribute, replacement) for aws.py to install while a LocalAws runs;
     ``lookup`` gives a LocalAws account's facts (None for any other account)."""
-    return (*_service_quota_patches(lookup), *_offering_patches(lookup))
+    return (*_service_quota_patches(lookup), *_offering_patches(lookup), *_lambda_patches(lookup))

@@ -1,5 +1,6 @@
-"""The AWS checks: each pool's machines, network, quotas and launches, then spot and the
-deployed stack. Read-only: the only launches are dry runs."""
+"""The AWS checks: each pool's machines, network, quotas and launches, then spot, the
+Lambda concurrency the stack reserves, and the deployed stack. Read-only: the only
+launches are dry runs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from dynagent.config import Config, Pool
 from dynagent.doctor.findings import Finding, unknown
 
-from . import launch, machines, network, quotas, shape, spot, stack
+from . import concurrency, launch, machines, network, quotas, shape, spot, stack
 from .view import Ec2View
 
 __all__ = ["AwsClients", "check"]
@@ -51,8 +52,23 @@ def check(
         findings += guarded(
             "aws.spot_role", what, lambda: [spot.service_linked_role(clients("iam", stack_region))]
         )
+    what = f"Lambda concurrency in {stack_region}"
+    findings += guarded(
+        "aws.lambda_concurrency", what, lambda: [_concurrency(clients, stack_name, stack_region)]
+    )
     findings += _stack(pools, clients, stack_name, stack_region)
     return findings
+
+
+def _concurrency(clients: AwsClients, name: str | None, region: str) -> Finding:
+    """The functions run in the stack's region; a deployed stack's may hold theirs."""
+    lambda_client = clients("lambda", region)
+    holding = 0
+    if name is not None:
+        found = stack.find(clients("cloudformation", region), name, region)
+        if not isinstance(found, Finding):  # a missing stack is the stack check's to say
+            holding = concurrency.held(lambda_client, found.resources)
+    return concurrency.concurrency(lambda_client, region, holding)
 
 
 def _pool(config: Config, pool: Pool, view: Ec2View, clients: AwsClients) -> list[Finding]:
