@@ -134,9 +134,50 @@ def test_a_missing_ami_fails_naming_the_region(account: Account) -> None:
     assert image.what == f"pool big: AMI ami-0123456789abcdef0 in {REGION}"
     assert "no such image in this region" in image.why
     assert "aws ec2 describe-images" in image.fix and "copy-image" in image.fix
-    dry_run = only(findings, "aws.dry_run")
-    assert dry_run.why.startswith("InvalidAMIID.NotFound")
+    # The dry run EC2 refuses for the same AMI is not a second failure.
+    dry_run = only(findings, "aws.dry_run", Status.UNKNOWN)
+    assert dry_run.what == (
+        f"pool big: dry run of launching p4d.24xlarge in {account.subnets['us-west-2b']} "
+        "(RunInstances)"
+    )
+    assert dry_run.why == "not checked: EC2 refuses the AMI above (InvalidAMIID.NotFound)"
     assert [f.check for f in not_ok(findings)] == ["aws.image", "aws.dry_run"]
+
+
+def test_a_missing_ami_is_one_failure_not_one_per_offering(
+    account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    for name, value in account.aws.env().items():
+        monkeypatch.setenv(name, value)
+    train = account.pool("train")
+    train["provider"]["image_id"] = "ami-0123456789abcdef0"
+    assert main(["doctor", "--config", write_config(account, tmp_path, train)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("✘ ")] == [
+        f"✘ pool train: AMI ami-0123456789abcdef0 in {REGION}: no such image in this region "
+        "(AMIs are regional; a copy has another id) (fix: set image_id to an AMI of "
+        f"{REGION} (aws ec2 describe-images --region {REGION} --image-ids "
+        "ami-0123456789abcdef0), or copy it: aws ec2 copy-image)"
+    ]
+    assert (
+        "? pool train: dry runs of its 8 launches: not checked: EC2 refuses the AMI above "
+        "(InvalidAMIID.NotFound) (fix: correct image_id as above, then run doctor again)"
+    ) in lines
+    assert lines[-1].endswith(" 1 failed, 0 warnings, 2 not checked")  # and the stack
+
+
+def test_when_the_image_check_fails_other_dry_run_failures_still_fail(account: Account) -> None:
+    ec2 = account.aws.client("ec2")
+    arm = ec2.describe_images(Filters=[{"Name": "architecture", "Values": ["arm64"]}])["Images"]
+    big = account.pool("big")
+    big["provider"]["image_id"] = arm[0]["ImageId"]  # the image check fails; EC2 knows it
+    clients = operator(account.aws, EVERYTHING_BUT_IAM)  # and may not pass the agents' role
+    findings = run(account, account.config(big), None, clients)
+    assert [(f.check, f.status) for f in not_ok(findings)] == [
+        ("aws.image", Status.FAIL),
+        ("aws.dry_run", Status.FAIL),
+    ]
+    assert only(findings, "aws.dry_run").why.startswith("UnauthorizedOperation: ")
 
 
 def test_an_ami_of_another_architecture_fails(account: Account) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from dynagent.config import Config, Pool
-from dynagent.doctor.findings import Finding, unknown
+from dynagent.doctor.findings import Finding, Status, unknown
 
 from . import concurrency, launch, machines, network, quotas, shape, spot, stack
 from .view import Ec2View
@@ -74,8 +74,10 @@ def _concurrency(clients: AwsClients, name: str | None, region: str) -> Finding:
 def _pool(config: Config, pool: Pool, view: Ec2View, clients: AwsClients) -> list[Finding]:
     label = shape.label(pool)
     read = quotas.quota_reader(clients("service-quotas", view.region))
+    image = guarded("aws.image", f"{label}: AMI", lambda: [machines.image(pool, view)])
+    image_failed = any(f.status is Status.FAIL for f in image)
     found = [
-        *guarded("aws.image", f"{label}: AMI", lambda: [machines.image(pool, view)]),
+        *image,
         *guarded("aws.offered", f"{label}: instance types", lambda: machines.offered(pool, view)),
         *guarded("aws.network", f"{label}: network", lambda: [network.network(pool, view)]),
         *guarded(
@@ -84,7 +86,7 @@ def _pool(config: Config, pool: Pool, view: Ec2View, clients: AwsClients) -> lis
         *guarded(
             "aws.dry_run",
             f"{label}: dry runs",
-            lambda: launch.dry_runs(pool, view.ec2, config.settings),
+            lambda: launch.dry_runs(pool, view.ec2, config.settings, image_failed),
         ),
     ]
     if shape.buys_spot(pool):

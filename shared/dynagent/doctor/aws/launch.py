@@ -6,6 +6,9 @@ parameters) and answers ``DryRunOperation`` instead of launching. The requests c
 the EC2 adapter itself: RunInstances or RequestSpotInstances for a pool of one type;
 for a pool with ``offerings``, CreateFleet from the pool's launch template once a launch
 has made it, else RunInstances of the same machine.
+
+When the pool's image check failed, the dry runs EC2 refuses for that image say nothing
+more: they are one line, not checked, instead of a failure each.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dynagent.aws.ec2 import Ec2Provider, error_code
 from dynagent.aws.fleet_launch import FleetLauncher
 from dynagent.boot.master import ALIASES
 from dynagent.config import Pool, Settings
-from dynagent.doctor.findings import Finding, fail, ok
+from dynagent.doctor.findings import Finding, fail, ok, unknown
 from dynagent.offerings import Offering
 
 from . import shape
@@ -29,9 +32,34 @@ from . import shape
 # a dry run launches nothing, so nothing dials it.
 _PLACEHOLDER = "192.0.2.1"
 _KEY = "doctor-dry-run"
+# The error codes of EC2's refusals for the AMI itself (InvalidAMIID.NotFound, .Malformed,
+# .Unavailable): the image check has said it already.
+_IMAGE_ERRORS = "InvalidAMIID."
+
+# A dry run's finding, and EC2's error code when it refused ("" when it passed).
+Attempt = tuple[Finding, str]
 
 
-def dry_runs(pool: Pool, ec2: Any, settings: Settings) -> list[Finding]:
+def dry_runs(pool: Pool, ec2: Any, settings: Settings, image_failed: bool = False) -> list[Finding]:
+    """A finding per launch the pool can make; when ``image_failed``, the refusals for
+    the image fold into one finding, not checked."""
+    attempts = _attempts(pool, ec2, settings)
+    if not image_failed:
+        return [finding for finding, _ in attempts]
+    kept = [finding for finding, code in attempts if not code.startswith(_IMAGE_ERRORS)]
+    codes = sorted({code for _, code in attempts if code.startswith(_IMAGE_ERRORS)})
+    folded = len(attempts) - len(kept)
+    if not folded:
+        return kept
+    what = f"{shape.label(pool)}: dry runs of its {folded} launches"
+    if folded == 1:
+        (what,) = [f.what for f, code in attempts if code.startswith(_IMAGE_ERRORS)]
+    why = f"not checked: EC2 refuses the AMI above ({', '.join(codes)})"
+    fix = "correct image_id as above, then run doctor again"
+    return [*kept, unknown("aws.dry_run", what, why, fix)]
+
+
+def _attempts(pool: Pool, ec2: Any, settings: Settings) -> list[Attempt]:
     provider = Ec2Provider(pool, ec2, settings)
     user_data = provider.boot_script(dict.fromkeys(ALIASES, _PLACEHOLDER))
     p = shape.provider(pool)
@@ -55,7 +83,7 @@ def _offering(
     template: tuple[str, str] | None,
     user_data: str,
     offering: Offering,
-) -> Finding:
+) -> Attempt:
     where = f" in {offering.zone}" if offering.zone else ""
     bought = f"{offering.instance_type} {offering.purchase.value}{where}"
     what = f"{shape.label(pool)}: dry run of launching {bought}"
@@ -72,7 +100,7 @@ def _offering(
     )
 
 
-def _single(pool: Pool, provider: Ec2Provider, user_data: str) -> Finding:
+def _single(pool: Pool, provider: Ec2Provider, user_data: str) -> Attempt:
     p = shape.provider(pool)
     where = f" in {p.network_interface.subnet_id}" if p.network_interface.subnet_id else ""
     what = f"{shape.label(pool)}: dry run of launching {p.instance_type}{where}"
@@ -89,18 +117,18 @@ def _single(pool: Pool, provider: Ec2Provider, user_data: str) -> Finding:
     )
 
 
-def _verdict(what: str, call: Any, request: Callable[[], dict[str, Any]]) -> Finding:
+def _verdict(what: str, call: Any, request: Callable[[], dict[str, Any]]) -> Attempt:
     """EC2's answer to the request built by ``request`` (building it reads the image)."""
     try:
         call(DryRun=True, **request())
     except ClientError as error:
         code = error_code(error)
         if code == "DryRunOperation":
-            return ok("aws.dry_run", what)
+            return ok("aws.dry_run", what), ""
         message = str(error.response.get("Error", {}).get("Message", ""))
-        return fail("aws.dry_run", what, f"{code}: {message}", _fix(code, message))
+        return fail("aws.dry_run", what, f"{code}: {message}", _fix(code, message)), code
     # EC2 never answers a dry run with success; a double that launched would land here.
-    return fail("aws.dry_run", what, "EC2 accepted a dry run as a launch", "report this")
+    return fail("aws.dry_run", what, "EC2 accepted a dry run as a launch", "report this"), ""
 
 
 def _fix(code: str, message: str) -> str:
