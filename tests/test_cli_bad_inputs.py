@@ -4,8 +4,9 @@ Each row runs the real command line, in this process through ``dynagent.cli.main
 where the row is about credentials or endpoints the SDKs resolve once per process, in a
 subprocess with an environment that has none. It must exit non-zero, print no
 traceback, and name what was wrong (the file, field, pool, queue, topic or endpoint) in
-at most two lines. The local AWS (moto) and local Compute and Pub/Sub topics stand in
-for the clouds where a row needs one to answer.
+at most two lines. The local AWS (moto), the local Compute and Pub/Sub topics, and the
+Pub/Sub emulator (where it is installed; see tests/gcp/emulators.py) stand in for the
+clouds where a row needs one to answer.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Row:
     argv: tuple[str, ...]
     says: tuple[str, ...]
     # "": no cloud; "aws": the local AWS; "gcp": the local Compute and topics;
+    # "pubsub": the Pub/Sub emulator (skipped where it is not installed);
     # "nowhere": credentials, and an AWS endpoint nothing listens on.
     cloud: str = ""
 
@@ -104,6 +106,13 @@ ROWS = {
     ),
     "publish: a queue that does not exist": row(
         "publish {snapshot} --to {queue}", "queue {queue}", "no such queue", cloud="aws"
+    ),
+    "publish: a topic that does not exist": row(
+        "publish {snapshot} --to {topic}",
+        "topic {topic}",
+        "does not exist",
+        "check its name and project",
+        cloud="pubsub",
     ),
     "plan: a --snapshot that does not exist": row(
         "plan --config {aws} --snapshot {missing}", "{missing}", "No such file"
@@ -278,6 +287,12 @@ def cloud_env(
         compute, topics = request.getfixturevalue("local_gcp")
         monkeypatch.setenv("DYNAGENT_COMPUTE_ENDPOINT", compute.endpoint)
         monkeypatch.setenv(PUBSUB_ENDPOINT_ENV, topics.endpoint)
+    elif cloud == "pubsub":
+        from .gcp import emulators
+
+        emulator = emulators.session_pubsub_emulator(request.config)
+        for name, value in emulator.env().items():  # PUBSUB_EMULATOR_HOST, its project
+            monkeypatch.setenv(name, value)
     yield values
     drop_cached_clients()
 
