@@ -215,6 +215,35 @@ def test_resource_pools_count_slots_as_the_master_does(
     assert static.schedulerType == bindings.v1SchedulerType.PRIORITY
 
 
+def test_worst_fit_spreads_tasks_and_the_pool_says_so(
+    master: LocalDetermined, session: Any
+) -> None:
+    master.configure(
+        {
+            "resource_pools": [
+                {"pool_name": "spread", "scheduler": {"fitting_policy": "worst"}},
+                {"pool_name": "packed"},
+            ]
+        }
+    )
+    for pool in ("spread", "packed"):
+        master.add_agent(f"{pool}-a", pool, slots=8)
+        master.add_agent(f"{pool}-b", pool, slots=4)
+    pools = ("spread", "packed")
+    tasks = {p: [master.submit(f"cmd {p} {n}", 1, p, "COMMAND") for n in range(3)] for p in pools}
+    master.schedule()
+    # Worst fit: the largest share free (8/8, then 4/4 over 7/8, then 7/8 over 3/4);
+    # best fit: the fewest free slots that fit, all three on the 4-slot agent.
+    where = {p: [next(iter(master.placement(t.task_id))) for t in ts] for p, ts in tasks.items()}
+    assert where == {
+        "spread": ["spread-a", "spread-b", "spread-a"],
+        "packed": ["packed-b"] * 3,
+    }
+    listed = {p.name: p for p in bindings.get_GetResourcePools(session).resourcePools or []}
+    assert listed["spread"].schedulerFittingPolicy == bindings.v1FittingPolicy.WORST
+    assert listed["packed"].schedulerFittingPolicy == bindings.v1FittingPolicy.BEST
+
+
 def test_job_queue_pages_past_one_hundred(master: LocalDetermined, session: Any) -> None:
     master.add_agent("gpu", slots=1)
     submitted = [master.submit(f"cmd-{n:03d}", 1, type="COMMAND") for n in range(130)]

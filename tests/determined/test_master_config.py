@@ -15,6 +15,7 @@ import pytest
 from dynagent.testing.determined_master_config import (
     MasterConfigError,
     aws_slots_per_instance,
+    fitting_policy,
     gcp_slots_per_instance,
     go_duration_string,
     parse_go_duration,
@@ -295,4 +296,24 @@ def test_a_bad_duration_is_refused_naming_the_field() -> None:
     assert refusal(aws_pool(max_idle_agent_period="soon")) == (
         "resource_pools[0].provider.max_idle_agent_period: error parsing duration: "
         'time: invalid duration "soon"'
+    )
+
+
+def test_a_pools_fitting_policy_is_its_own_schedulers_else_the_managers() -> None:
+    config = read_master_config(
+        {
+            "resource_manager": {"scheduler": {"fitting_policy": "worst"}},
+            "resource_pools": [
+                {"pool_name": "spread"},
+                {"pool_name": "packed", "scheduler": {"fitting_policy": "best"}},
+                {"pool_name": "unset", "scheduler": {"fitting_policy": ""}},
+            ],
+        }
+    )
+    policies = {pool.name: fitting_policy(config, pool) for pool in config.pools}
+    # An empty fitting_policy is UnmarshalJSON's default, best, not the manager's.
+    assert policies == {"spread": "worst", "packed": "best", "unset": "best"}
+    assert refusal({"resource_manager": {"scheduler": {"fitting_policy": "tight"}}}) == (
+        "resource_manager.scheduler.fitting_policy: invalid fitting policy: tight not in "
+        "[best worst]"
     )

@@ -106,8 +106,10 @@ The cluster model, with the master's semantics (``rm/agentrm``):
   for a pool whose provider cannot list, whose provisioner never launches), then places
   pending tasks in priority then submission order, skipping those
   that do not fit yet, on enabled agents of their pool: a task that fits on one agent
-  takes the agent with the fewest free slots that fit (best fit), lowest device ids
-  first; one larger than any agent takes whole free agents of one size that divides
+  takes, of those with room, the one the pool's ``fitting_policy`` scores highest (its
+  scheduler's, else ``resource_manager.scheduler``'s; ``best`` by default: the fewest
+  free slots; ``worst``: the largest share free), ties to the lowest id, lowest device
+  ids first; one larger than any agent takes whole free agents of one size that divides
   it (multi-agent); a zero-slot task takes no slot, runs on an enabled agent with
   aux capacity (100 per agent), and shows in no slot and in no agent's
   ``containers``: only ``/api/v1/tasks`` says it runs there.
@@ -182,6 +184,7 @@ from dynagent.testing.determined_master_config import (
     MasterConfig,
     ProviderConfig,
     default_resource_manager,
+    fitting_policy,
     parse_go_duration,
     pool_fields,
     printable_config,
@@ -346,6 +349,7 @@ class _Pool:
     provider: ProviderConfig | None = None  # None for a static pool
     max_aux_containers_per_agent: int = MAX_AUX_CONTAINERS_PER_AGENT
     config_fields: JsonObject = field(default_factory=dict)  # as GET master/config prints it
+    fitting_policy: str = "best"  # its scheduler's, else the resource manager's
     # provisioner_launch_error(): the provisioner's launch error, the instances it lists
     launch_error: str | None = None
     listed_instances: int = 0
@@ -732,6 +736,7 @@ class LocalDetermined(Service):
                 added = self._state.pools[pool.name]
                 added.max_aux_containers_per_agent = pool.max_aux_containers_per_agent
                 added.config_fields = dict(pool.fields)
+                added.fitting_policy = fitting_policy(config, pool)
             self._state.default_compute_pool = config.default_compute_pool
             self._state.default_aux_pool = config.default_aux_pool
             if keep_users:
@@ -869,6 +874,9 @@ class LocalDetermined(Service):
             provider=provider,
             config_fields=pool_fields(name, description, provider),
         )
+        if self._state.config is not None:  # no scheduler of its own: the manager's
+            scheduler = self._state.config.resource_manager["scheduler"]
+            self._state.pools[name].fitting_policy = scheduler["fitting_policy"]
 
     def provisioner_launch_error(
         self, pool: str, message: str | None, *, listed_instances: int = 0
@@ -1131,9 +1139,9 @@ class LocalDetermined(Service):
                     return [(agent, [])]
             return None
         fits = [a for a in agents if len(a.free_devices()) >= task.slots]
-        if fits:  # best fit: the fewest free slots left over
-            best = min(fits, key=lambda a: len(a.free_devices()))
-            return [(best, best.free_devices()[: task.slots])]
+        if fits:
+            chosen = self._shared_fit(fits, self._state.pools[task.pool].fitting_policy)
+            return [(chosen, chosen.free_devices()[: task.slots])]
         if any(a.slots >= task.slots for a in self._state.agents.values() if a.pool == task.pool):
             return None  # it fits on one agent, just not now
         idle = [a for a in agents if a.slots and a.used() == 0]
@@ -1142,6 +1150,15 @@ class LocalDetermined(Service):
             if task.slots % size == 0 and len(same) >= task.slots // size:
                 return [(a, list(range(size))) for a in same[: task.slots // size]]
         return None
+
+    @staticmethod
+    def _shared_fit(fits: list[_Agent], policy: str) -> _Agent:
+        """``fitting_methods.go``: best fit takes the fewest free slots (``BestFit``,
+        1 / (1 + free)), worst fit the largest share free (``WorstFit``, free / slots);
+        a tie goes to the lowest id."""
+        if policy == "worst":
+            return max(fits, key=lambda a: len(a.free_devices()) / a.slots)
+        return min(fits, key=lambda a: len(a.free_devices()))
 
     def finish(self, task_id: str) -> None:
         """The task ends (its task id or allocation id); it leaves every list."""
@@ -1668,7 +1685,7 @@ class LocalDetermined(Service):
             "slotsPerAgent": pool.slots_per_agent,
             "auxContainerCapacityPerAgent": pool.max_aux_containers_per_agent,
             "schedulerType": "SCHEDULER_TYPE_PRIORITY",
-            "schedulerFittingPolicy": "FITTING_POLICY_BEST",
+            "schedulerFittingPolicy": f"FITTING_POLICY_{pool.fitting_policy.upper()}",
             "location": pool.location,
             "instanceType": pool.instance_type,
             **_provider_summary(provider),

@@ -30,7 +30,7 @@ Where it comes from, in Determined's source:
   config shows them; an EC2 region without a default image fails the master's start.
 
 Simpler than Determined, on purpose: only ``launch_error``, ``cluster_name``,
-``resource_manager`` (type ``agent``, the priority scheduler, best fit) and
+``resource_manager`` (type ``agent``, the priority scheduler, best or worst fit) and
 ``resource_pools`` are interpreted and printed; the other top-level sections Determined
 knows (``db``, ``log``, ``security``...) are accepted and ignored. What the real master
 reads from a cloud's metadata server when a field is empty (an EC2 ``region``, a GCE
@@ -59,6 +59,7 @@ from dynagent.pools.aws import DEFAULT_IMAGE_IDS
 VERSION: Final = "0.38.1"
 DEFAULT_POOL: Final = "default"
 DEFAULT_PRIORITY: Final = 42  # config.DefaultSchedulingPriority
+FITTING_POLICIES: Final = ("best", "worst")  # scheduler_config.go: best is the default
 MAX_AUX_CONTAINERS_PER_AGENT: Final = 100  # defaultRPConfig
 # pkg.DeterminedIdentifier: the tag value, label value and name prefix off EC2 and GCE.
 DETERMINED_IDENTIFIER: Final = "determined-ai-determined"
@@ -527,14 +528,26 @@ def _resource_manager(raw: Any) -> JsonObject:
 def _scheduler(raw: Any, where: str) -> JsonObject:
     given = _mapping(raw or {}, where)
     kind = given.pop("type", "priority")
-    fitting = given.get("fitting_policy", "best")
-    if kind != "priority" or fitting != "best":
+    if kind != "priority":
         raise MasterConfigError(
-            f"{where}: only the priority scheduler with fitting_policy best is modelled by "
-            f"LocalDetermined, not {kind}/{fitting}"
+            f"{where}: only the priority scheduler is modelled by LocalDetermined, not {kind}"
         )
     out = _merge({k: v for k, v in _SCHEDULER.items() if k != "type"}, given, where)
+    out["fitting_policy"] = out["fitting_policy"] or "best"  # UnmarshalJSON's default
+    if out["fitting_policy"] not in FITTING_POLICIES:
+        # SchedulerConfig.Validate's check.Contains, without check.Validate's Go path.
+        raise MasterConfigError(
+            f"{where}.fitting_policy: invalid fitting policy: {out['fitting_policy']} "
+            "not in [best worst]"
+        )
     return {"type": "priority", **out}
+
+
+def fitting_policy(config: MasterConfig, pool: PoolConfig) -> str:
+    """The pool's fitting policy: its own scheduler's, else the resource manager's
+    (``agent_resource_manager.go`` ``createResourcePool``)."""
+    scheduler = pool.fields.get("scheduler") or config.resource_manager["scheduler"]
+    return str(scheduler["fitting_policy"])
 
 
 def _pool(raw: Any, index: int, errors: list[str]) -> PoolConfig:
