@@ -125,6 +125,8 @@ class Cluster:
     functions_log: Recorder
     bridge_log: Recorder = field(default_factory=Recorder)
     boot: timedelta = BOOT
+    # The file the config was read from, for the master's pools (master-config's input).
+    document: dict[str, Any] | None = None
     # Every pool's instances: when each was launched, and its pool.
     launched: dict[str, datetime] = field(default_factory=dict)
     pool_of: dict[str, str] = field(default_factory=dict)
@@ -142,7 +144,7 @@ class Cluster:
         self.bridge = Bridge(
             self.config, client, self.sink, clock=self.clock, logger=self.bridge_log
         )
-        add_scaled_pools(self.master, self.config)
+        add_scaled_pools(self.master, self.config, self.document)
 
     @property
     def pool(self) -> Pool:

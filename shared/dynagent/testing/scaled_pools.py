@@ -4,12 +4,19 @@ stock master with that fragment does."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from dynagent.config import Config
 from dynagent.master_config import master_pools
 from dynagent.testing.determined import LocalDetermined
 
 
-def add_scaled_pools(master: LocalDetermined, config: Config) -> None:
-    """Restart the master with the config's pools as master-config writes them (no
-    agents, no tasks; users and logins kept)."""
-    master.configure({"resource_pools": master_pools(config)})
+def add_scaled_pools(
+    master: LocalDetermined, config: Config, document: Mapping[str, Any] | None = None
+) -> None:
+    """Restart the master with the config's pools as master-config writes them from
+    ``document``, the file the config was read from (its pools' Determined keys, such as
+    ``scheduler``, kept), or from the config alone (no agents, no tasks; users and
+    logins kept)."""
+    master.configure({"resource_pools": master_pools(config, document)})
