@@ -9,6 +9,7 @@ the rest; the functions terminate each once its last task ends.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from dynagent.bridge.drain import Drainer
@@ -80,3 +81,37 @@ def test_a_drained_agent_is_terminated_when_its_last_task_ends() -> None:
     report = Snapshot(pool="gpu", seq=1, time=NOW, agents=(empty, busy), fitting_policy="worst")
     plan = decide(DRAINED, cloud, report, NOW)
     assert [t.instance_id for t in plan.terminations] == ["a"]
+
+
+def enabled(read: PoolReading, drained_ids: set[str]) -> list[str]:
+    actions = Drainer(drained=set(drained_ids)).actions(DRAINED, read, NOW)
+    assert all(a.enable for a in actions)
+    return [a.agent_id for a in actions]
+
+
+def draining(agent_id: str, used: int) -> AgentReading:
+    return AgentReading(agent_id, 8, used, 1 if used else 0, enabled=False, draining=True)
+
+
+def test_a_drained_agent_comes_back_only_when_it_lets_a_waiting_task_fit() -> None:
+    kept = (agent("a", 1), agent("b", 1))
+    trial = (PendingTask("trial", 8),)
+    # Busy drained agents (7 free) hold no 8-slot trial: it gets a new machine.
+    busy = reading(*kept, draining("c", 1), draining("d", 1))
+    assert enabled(replace(busy, pending=trial), {"c", "d"}) == []
+    # An empty drained agent holds it; one is enough.
+    empty = reading(*kept, draining("c", 1), draining("e", 0), draining("f", 0))
+    assert enabled(replace(empty, pending=trial), {"c", "e", "f"}) == ["e"]
+    # A 16-slot trial over two whole agents needs both, though neither alone helps.
+    gang = (PendingTask("gang", 16),)
+    assert enabled(replace(empty, pending=gang), {"c", "e", "f"}) == ["e", "f"]
+    # The most free first is a 16-slot agent with 10 free, which holds no part of the
+    # gang: it stays drained; the gang goes to the two whole 8-slot ones.
+    wide = AgentReading("w", 16, 6, 1, enabled=False, draining=True)
+    mixed = reading(*kept, wide, draining("e", 0), draining("f", 0))
+    assert enabled(replace(mixed, pending=gang), {"w", "e", "f"}) == ["e", "f"]
+    # A zero-slot task with no agent enabled: the most free drained agent.
+    alone = reading(draining("c", 1), draining("e", 0))
+    zero = (PendingTask("gc", 0, None, True), PendingTask("big", 8))
+    assert enabled(replace(alone, pending=zero), {"c", "e"}) == ["e"]
+    assert enabled(replace(alone, pending=zero[:1]), {"c", "e"}) == ["e"]

@@ -40,18 +40,16 @@ def agent_writes(cluster: Cluster) -> list[str]:
     return [c.path for c in cluster.master.calls() if c.path.endswith(("/enable", "/disable"))]
 
 
-def test_worst_fit_surplus_is_drained_through_the_master_and_terminated_when_empty(
-    aws: LocalAws, ec2: Any, master: LocalDetermined
-) -> None:
-    cluster = worst_fit_cluster(aws, ec2, master)
-    side = cluster.cloud
-    assert isinstance(side, AwsSide)
+def spread_and_drained(cluster: Cluster) -> tuple[list[str], list[str], dict[str, str]]:
+    """Four 8-slot trials on four agents end, and four 1-slot commands arrive before the
+    next scheduler tick: worst fit gives each its own agent, where best fit would put
+    all four on one. Then the bridge's pass: the fullest agents (all alike, 7 free: the
+    lowest ids) are kept until their free slots hold one 8-slot machine; the other two
+    are drained through the master's API and keep their commands. The kept agents, the
+    drained ones, and each command's agent; the pass's snapshot is still queued."""
     trials = [cluster.submit(f"trial-{n}", 8) for n in range(4)]
     cluster.run_until(lambda: len(cluster.running()) == 4, "four 8-slot trials running")
     assert len(cluster.agents) == 4
-
-    # The trials end and four 1-slot commands arrive before the next scheduler tick:
-    # worst fit gives each its own agent, where best fit would put all four on one.
     for trial in trials:
         cluster.master.finish(trial)
     commands = [cluster.submit(f"cmd-{n}", 1, "COMMAND") for n in range(4)]
@@ -61,9 +59,6 @@ def test_worst_fit_surplus_is_drained_through_the_master_and_terminated_when_emp
     on = {command: next(iter(cluster.master.placement(command))) for command in commands}
     assert sorted(on.values()) == sorted(cluster.agents)
 
-    # The bridge's pass: the fullest agents (all alike, 7 free: the lowest ids) are kept
-    # until their free slots hold one 8-slot machine; the other two are drained through
-    # the master's API, and keep their commands.
     agents = sorted(cluster.agents)
     kept, drained = agents[:2], agents[2:]
     cluster.master.clear_calls()
@@ -73,6 +68,17 @@ def test_worst_fit_surplus_is_drained_through_the_master_and_terminated_when_emp
         (False, True)
     ] * 2
     assert all(cluster.state(c) == "RUNNING" for c in commands)
+    return kept, drained, on
+
+
+def test_worst_fit_surplus_is_drained_through_the_master_and_terminated_when_empty(
+    aws: LocalAws, ec2: Any, master: LocalDetermined
+) -> None:
+    cluster = worst_fit_cluster(aws, ec2, master)
+    side = cluster.cloud
+    assert isinstance(side, AwsSide)
+    kept, drained, on = spread_and_drained(cluster)
+    commands = list(on)
 
     # The snapshot on the queue, read as the function reads it: the two drained agents
     # draining and still busy, the kept ones not; the master's worst fit.
@@ -84,7 +90,7 @@ def test_worst_fit_surplus_is_drained_through_the_master_and_terminated_when_emp
         **{a: (True, 1, 1) for a in drained},
     }
     side.hand_over([message])  # busy while draining: the function terminates nothing
-    assert cluster.terminations() == [] and set(side.alive()) == set(agents)
+    assert cluster.terminations() == [] and set(side.alive()) == {*kept, *drained}
 
     # A new command goes to a kept agent: the drained ones take nothing new.
     late = cluster.submit("cmd-late", 1, "COMMAND")
@@ -111,4 +117,31 @@ def test_worst_fit_surplus_is_drained_through_the_master_and_terminated_when_emp
     assert [cluster.master.agent_state(a) for a in kept] == [(True, False)] * 2
     assert agent_writes(cluster) == [f"/api/v1/agents/{a}/disable" for a in drained]
     assert cluster.killed() == [] and cluster.state(late) == "RUNNING"
+    cluster.check_no_snapshot_lost()
+
+
+def test_a_task_no_drained_agent_can_hold_gets_a_new_machine_not_them_back(
+    aws: LocalAws, ec2: Any, master: LocalDetermined
+) -> None:
+    """An 8-slot trial arrives while the two drained agents run a command each (7 free).
+
+    Found writing these tests: the bridge enabled drained agents, the most free first, until the
+    pending tasks fit, whether or not they could hold any: both came back for a trial
+    neither could take, took new work under worst fit, and were drained again once the
+    new machine ran it. A drained agent is now enabled only when it lets a pending task
+    fit that would otherwise wait.
+    """
+    cluster = worst_fit_cluster(aws, ec2, master)
+    kept, drained, on = spread_and_drained(cluster)
+    trial = cluster.submit("trial-late", 8)
+    cluster.run_until(lambda: cluster.state(trial) == "RUNNING", "the late trial running")
+    (new,) = set(cluster.born) - {*kept, *drained}
+    assert list(cluster.master.placement(trial)) == [new]
+    # The drained agents stayed drained: no enable, no second drain.
+    assert agent_writes(cluster) == [f"/api/v1/agents/{a}/disable" for a in drained]
+    for command in on:
+        cluster.master.finish(command)
+    cluster.run_until(lambda: not set(drained) & cluster.agents, "the drained agents gone")
+    assert [t[0] for t in cluster.terminations()] == drained
+    assert cluster.killed() == []
     cluster.check_no_snapshot_lost()

@@ -30,6 +30,7 @@ from datetime import datetime
 
 from dynagent.config import Pool
 from dynagent.durations import format_duration
+from dynagent.fitting import FittingPolicy
 from dynagent.packing import Existing, pack
 from dynagent.snapshot import PendingTask
 
@@ -86,23 +87,35 @@ class Drainer:
         """Drained agents back to work, the most free first, while pending tasks do not
         all fit on the enabled agents. Fit as the functions' core places them
         (``packing.pack``): a drained agent counts as room there, so a task that fits
-        in the enabled agents' free slots only in sum must get one enabled here."""
+        in the enabled agents' free slots only in sum must get one enabled here. Only
+        agents that let more tasks fit come back: a drained agent still busy (worst fit
+        drains those) may hold none of the tasks waiting, which then get a new machine."""
         if not reading.pending:
             return []
         enabled = [a for a in reading.agents if a.enabled and not a.draining]
-        rooms = [_room(a) for a in enabled]
         sized = tuple(task for task in reading.pending if task.slots > 0)
-        zero_slot = len(sized) < len(reading.pending)
-        largest = max((a.slots for a in reading.agents), default=0)
-        ours = [a for a in reading.agents if a.id in self.drained and a.draining]
-        actions: list[DrainAction] = []
-        for agent in sorted(ours, key=lambda a: (a.used_slots - a.slots, a.id)):
-            fits = not sized or _all_fit(sized, rooms, largest, pool.provider.max_instances)
-            if fits and not (zero_slot and not enabled and not actions):
+        # A zero-slot task runs on any agent: with none enabled, the first drained one.
+        zero_slot = len(sized) < len(reading.pending) and not enabled
+        waiting = _Waiting(sized, enabled, reading, pool.provider.max_instances)
+        ours = sorted(
+            (a for a in reading.agents if a.id in self.drained and a.draining),
+            key=lambda a: (a.used_slots - a.slots, a.id),
+        )
+        least = waiting.count(ours)  # what no drained agent can help
+        if not zero_slot and least == waiting.count([]):
+            return []
+        wanted: list[AgentReading] = []
+        for agent in ours:
+            if waiting.count(wanted) <= least and not (zero_slot and not wanted):
                 break
-            rooms.append(_room(agent))
-            actions.append(DrainAction(agent.id, True, "pending tasks can use it"))
-        return actions
+            wanted.append(agent)
+        # Then without any the later ones made useless: the most free first is greedy,
+        # and a gang may fit only on whole agents taken after a busy larger one.
+        for agent in reversed(wanted[1:] if zero_slot else wanted):
+            without = [a for a in wanted if a is not agent]
+            if waiting.count(without) <= least:
+                wanted = without
+        return [DrainAction(a.id, True, "pending tasks can use it") for a in wanted]
 
     def _claims(self, reading: PoolReading) -> list[DrainAction]:
         """Agents listed draining that this process did not drain (it restarted, or an
@@ -167,8 +180,22 @@ def _room(agent: AgentReading) -> Existing:
     return Existing(agent.slots, agent.slots - agent.used_slots, arriving=False)
 
 
-def _all_fit(
-    tasks: tuple[PendingTask, ...], rooms: list[Existing], largest: int, max_instances: int
-) -> bool:
-    """Whether every task is placed on ``rooms`` alone (no machine to launch)."""
-    return not pack(tasks, (), rooms, 0, max_instances, largest_slots=largest).waiting
+@dataclass(frozen=True)
+class _Waiting:
+    """How many of the pending ``tasks`` wait with the enabled agents and some drained
+    ones as room, placed as the functions' core places them (``packing.pack``, no
+    machine launched)."""
+
+    tasks: tuple[PendingTask, ...]
+    enabled: list[AgentReading]
+    reading: PoolReading
+    max_instances: int
+
+    def count(self, drained: list[AgentReading]) -> int:
+        if not self.tasks:
+            return 0
+        rooms = [_room(a) for a in (*self.enabled, *drained)]
+        largest = max((a.slots for a in self.reading.agents), default=0)
+        policy: FittingPolicy = "worst" if self.reading.fitting_policy == "worst" else "best"
+        demand = pack(self.tasks, (), rooms, 0, self.max_instances, largest, fitting_policy=policy)
+        return len(demand.waiting)
