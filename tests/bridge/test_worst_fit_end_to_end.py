@@ -125,11 +125,11 @@ def test_a_task_no_drained_agent_can_hold_gets_a_new_machine_not_them_back(
 ) -> None:
     """An 8-slot trial arrives while the two drained agents run a command each (7 free).
 
-    Found writing these tests: the bridge enabled drained agents, the most free first, until the
-    pending tasks fit, whether or not they could hold any: both came back for a trial
-    neither could take, took new work under worst fit, and were drained again once the
-    new machine ran it. A drained agent is now enabled only when it lets a pending task
-    fit that would otherwise wait.
+    Found writing these tests: the bridge enabled drained agents, the most free first,
+    until the pending tasks fit, whether or not they could hold any: both came back for
+    a trial neither could take and were drained again once the new machine ran it
+    (enabled meanwhile, worst fit would give them new work first). A drained agent is
+    now enabled only when it lets a pending task fit that would otherwise wait.
     """
     cluster = worst_fit_cluster(aws, ec2, master)
     kept, drained, on = spread_and_drained(cluster)
