@@ -18,9 +18,20 @@ A rebalance recommendation only marks the instance (and is counted): it often co
 long before an interruption, or with none at all, and a replacement would bill a second
 machine meanwhile. If the warning follows, it launches the replacement then.
 
+The replacement is a machine of the reclaimed one's type, bought where it may be (its
+own offering, the capacity being reclaimed, last; then larger types). When its type has
+no offering with capacity left, it is the cheapest cover of its slots, as packing opens
+machines for a task of that many slots: one larger machine, or machines of a size that
+divides it (two 4-GPU machines for an 8-GPU one). That cover assumes the agent's tasks
+may be split so (a trial's may; an 8-slot command may not, and waits for the launch the
+next snapshot decides). The notice function decides again on what a launch refused in
+the same invocation (``dynagent.repack``), so the cover comes at once.
+
 Idempotent: the launch key derives from the pool, the instance and the notice's kind,
-so a redelivered notice launches nothing more; the mark (and the count) is written
-only by the first delivery.
+so a redelivered notice launches nothing more; a cover's key is that key and
+``:cover``, whichever pass chose it (a warm function remembers the refusals and chooses
+it first), and each launch call's token derives from the key and the offering. The
+mark (and the count) is written only by the first delivery.
 """
 
 from __future__ import annotations
@@ -31,8 +42,10 @@ from datetime import datetime
 from dynagent.config import Pool
 from dynagent.durations import format_duration
 from dynagent.fleet import Fleet, Instance, Mark, RequestState
-from dynagent.offerings import Catalog, Offering, Purchase, Shape, offering_key
+from dynagent.offerings import Catalog, Offering, Purchase, offering_key
+from dynagent.packing import pack
 from dynagent.plan import Interruption, Launch, MarkWrite, Plan
+from dynagent.snapshot import PendingTask
 
 # The notices this decides on, as the kinds plan.INTERRUPTION_KINDS names them.
 INTERRUPTION = "interruption"
@@ -56,6 +69,11 @@ class Notice:
 
 def launch_key(pool: str, notice: Notice) -> str:
     return f"{pool}:{notice.kind}:{notice.instance_id}"
+
+
+def cover_key(pool: str, notice: Notice) -> str:
+    """The launch key of a cover: the same whichever pass, or re-pack round, chose it."""
+    return f"{launch_key(pool, notice)}:cover"
 
 
 def plan_interruption(
@@ -82,23 +100,22 @@ def plan_interruption(
         interruptions = (Interruption(instance.id, notice.kind),)
     launches: tuple[Launch, ...] = ()
     waiting: tuple[str, ...] = ()
+    key = empty.launch_key
     need = _need(pool, fleet, instance, now, pending_slots) if notice.kind == INTERRUPTION else None
     if need is not None:
         provider = pool.provider
-        if _counted(fleet, instance) >= provider.max_instances:
+        room = provider.max_instances - _counted(fleet, instance)
+        if room <= 0:
             waiting = (
                 f"replacement for {instance.id}: at max_instances ({provider.max_instances})",
             )
         else:
-            launch = Launch(
-                reason=f"replaces {instance.id}, which the cloud reclaims: {need}",
-                offerings=_offerings(pool, fleet, instance),
-                cause="interrupted",
-            )
-            launches = (launch,)
+            reason = f"replaces {instance.id}, which the cloud reclaims: {need}"
+            launches, waiting, covered = _replacement(pool, fleet, instance, reason, room)
+            key = cover_key(pool.name, notice) if covered else key
     return Plan(
         pool=pool.name,
-        launch_key=empty.launch_key,
+        launch_key=key,
         launch_at=notice.time,
         launches=launches,
         marks=marks,
@@ -138,18 +155,44 @@ def _counted(fleet: Fleet, interrupted: Instance) -> int:
     return instances + requests
 
 
-def _offerings(pool: Pool, fleet: Fleet, instance: Instance) -> tuple[Offering, ...]:
-    """Where the replacement may be bought: the fallbacks of the interrupted machine's
-    shape, with its own offering (the capacity being reclaimed) tried last."""
+def _replacement(
+    pool: Pool, fleet: Fleet, instance: Instance, reason: str, room: int
+) -> tuple[tuple[Launch, ...], tuple[str, ...], bool]:
+    """The launches that replace ``instance``, at most ``room`` machines, why any of it
+    must wait, and whether they are a cover (its type had no offering left)."""
     catalog: Catalog = pool.provider.catalog(fleet.spot_prices, fleet.unavailable)
+    # An instance of unknown type is of the pool's first (its one type without offerings).
+    first = catalog.offerings[0].instance_type if catalog.offerings else ""
+    instance_type = instance.instance_type or first
     shapes = catalog.shapes()
-    slots = catalog.slots_of(instance.instance_type, pool.provider.slots_per_instance)
-    shape = next((s for s in shapes if s.instance_type == instance.instance_type), None)
-    if shape is None:  # its type is out for now, or not offered any more: the next size up
-        shape = next((s for s in shapes if s.slots >= slots), shapes[-1] if shapes else None)
-    if shape is None:
-        return ()
-    fallbacks = catalog.fallbacks(Shape(shape.instance_type, shape.slots, shape.price))
+    own = next((s for s in shapes if s.instance_type == instance_type), None)
+    if own is not None:
+        offerings = _reclaimed_last(catalog.fallbacks(own), _own(instance))
+        return (Launch(reason=reason, offerings=offerings, cause="interrupted"),), (), False
+    slots = max(1, catalog.slots_of(instance_type, pool.provider.slots_per_instance))
+    largest = max((shape.slots for shape in shapes), default=0)
+    if largest <= 0:
+        return (), (f"replacement for {instance.id}: no offering has capacity now",), True
+    task = PendingTask(f"replacement for {instance.id}", slots)
+    cover = pack((task,), shapes, (), room, pool.provider.max_instances, largest)
+    launches = tuple(
+        Launch(
+            reason=f"{reason}; {instance_type} has no capacity: {machine.shape.instance_type}",
+            offerings=catalog.fallbacks(machine.shape),
+            cause="interrupted",
+        )
+        for machine in cover.new_machines
+    )
+    why = [why for _, why in cover.waiting] + [u.reason for u in cover.unschedulable]
+    return launches, tuple(f"replacement for {instance.id}: {w}" for w in why), True
+
+
+def _own(instance: Instance) -> str:
+    """The key of the offering the reclaimed machine was bought at."""
     purchase = Purchase.SPOT if instance.spot else Purchase.ON_DEMAND
-    own = offering_key(instance.instance_type, instance.zone, purchase)
+    return offering_key(instance.instance_type, instance.zone, purchase)
+
+
+def _reclaimed_last(fallbacks: tuple[Offering, ...], own: str) -> tuple[Offering, ...]:
+    """The capacity being reclaimed is the least likely to hold a new machine."""
     return tuple(o for o in fallbacks if o.key != own) + tuple(o for o in fallbacks if o.key == own)

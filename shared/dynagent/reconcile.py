@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ from dynagent.fleet import Fleet
 from dynagent.launch_errors import LaunchErrorMemory
 from dynagent.plan import Launch, Plan
 from dynagent.provider import LaunchResult, Provider
-from dynagent.repack import Repack, found_no_capacity, repack
+from dynagent.repack import Decision, Repack, found_no_capacity, repack
 from dynagent.snapshot import InvalidSnapshot, Snapshot
 
 ProviderFactory = Callable[[Pool], Provider]
@@ -102,29 +102,49 @@ def reconcile(
     timer: Timer = time.monotonic,
     launch_errors: LaunchErrorMemory | None = None,
 ) -> Outcome:
-    """Observe the pool's fleet, decide, and carry the plan out; with ``launch_errors``,
-    launches pause as ``launch_error_timeout``/``launch_error_retries`` say. Tasks whose
-    machines found no capacity anywhere are re-packed in the same pass (``repack``)."""
+    """Observe the pool's fleet, decide, and carry the plan out (``act``)."""
     started = timer()
     fleet = provider.observe()
-    plan = decide(pool, fleet, snapshot, now, settings)
+
+    def decision(seen: Fleet) -> Plan:
+        return decide(pool, seen, snapshot, now, settings)
+
+    outcome = act(pool, provider, fleet, decision, now, launch_errors)
+    return replace(
+        outcome,
+        seq=snapshot.seq if snapshot else None,
+        snapshot=snapshot,
+        duration=timer() - started,
+    )
+
+
+def act(
+    pool: Pool,
+    provider: Provider,
+    fleet: Fleet,
+    decision: Decision,
+    now: datetime,
+    launch_errors: LaunchErrorMemory | None = None,
+) -> Outcome:
+    """Decide on the observed ``fleet`` and carry the plan out: with ``launch_errors``,
+    launches pause as ``launch_error_timeout``/``launch_error_retries`` say, and the
+    launches' result is recorded there. Machines that found no capacity anywhere are
+    re-packed in the same pass (``repack``), by the same decision."""
+    plan = decision(fleet)
     paused_until = None
     if launch_errors is not None:
         plan, paused_until = launch_errors.hold(pool, plan, now)
     launch = apply(plan, provider)
     repacks: tuple[Repack, ...] = ()
     if launch is not None and found_no_capacity(launch):
-        launch, repacks = repack(pool, provider, fleet, snapshot, now, settings, plan, launch)
+        launch, repacks = repack(provider, fleet, now, decision, plan, launch)
     if launch_errors is not None and launch is not None:
         launch_errors.record(pool, launch.error, now)
     return Outcome(
         pool.name,
         plan,
         launch,
-        seq=snapshot.seq if snapshot else None,
         fleet=fleet,
-        snapshot=snapshot,
-        duration=timer() - started,
         launches_paused_until=paused_until,
         repacks=repacks,
     )

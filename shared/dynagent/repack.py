@@ -1,5 +1,7 @@
 """Re-packing in the same pass: tasks whose machines had no capacity anywhere go onto the
-next-cheapest cover at once, instead of waiting a pass for the capacity memory.
+next-cheapest cover at once, instead of waiting a pass for the capacity memory. The
+reconcile pass re-packs its snapshot's tasks (``decide``), the spot notice function its
+replacement for the reclaimed machine (``plan_interruption``): each passes its decision.
 
 ``launch_with_fallback`` moves a machine only to offerings that hold the same tasks (its
 type in other zones and purchase options, then larger types). When every one of those
@@ -11,24 +13,28 @@ no second observe, which an eventually consistent cloud might answer without the
 
 Only the new plan's launches are carried out: the rest of it is the first plan's, done
 already. They go under a launch key of their own, derived from the plan's and the round,
-so a replay of the snapshot launches nothing twice. Each round leaves out at least one
+so a replay of the snapshot launches nothing twice; or under the new plan's own key when
+it names another (an interruption's cover: a warm function's replay chooses the cover
+in its first pass, and must send the same requests). Each round leaves out at least one
 more offering, so the rounds end; ``MAX_ROUNDS`` bounds them anyway.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from dynagent.config import Pool, Settings
-from dynagent.decide import decide
 from dynagent.fallback import NO_CAPACITY
 from dynagent.fleet import Fleet, Instance, InstanceState
 from dynagent.offerings import Purchase
 from dynagent.plan import Plan
 from dynagent.provider import LaunchResult, Provider
-from dynagent.snapshot import Snapshot
+
+# The pass's decision, taken again on a fleet: what it started is there, and what had no
+# capacity is unavailable.
+Decision = Callable[[Fleet], Plan]
 
 # Rounds after the first launch. One covers the common case (the cheapest shape out
 # everywhere); more cover a second shape out too, each at one call per offering.
@@ -66,33 +72,35 @@ def repack_key(launch_key: str, round_: int) -> str:
 
 
 def repack(
-    pool: Pool,
     provider: Provider,
     fleet: Fleet,
-    snapshot: Snapshot | None,
     now: datetime,
-    settings: Settings | None,
+    decision: Decision,
     plan: Plan,
     launch: LaunchResult,
 ) -> tuple[LaunchResult, tuple[Repack, ...]]:
-    """Launch again, for as long as launches found no capacity anywhere and a new
-    decision finds other machines to try; what all rounds did, and each re-pack."""
+    """Launch again, for as long as launches found no capacity anywhere and ``decision``
+    finds other machines to try; what all rounds did, and each re-pack."""
     rounds: list[Repack] = []
     total, last = launch, launch
     while found_no_capacity(last) and len(rounds) < MAX_ROUNDS:
         refused = last.unavailable
         fleet = launched_into(fleet, last, now)
-        again = decide(pool, fleet, snapshot, now, settings)
+        again = decision(fleet)
         if not again.launches:
             break  # nothing else to try: the tasks wait, and the first error stands
         # The other actions are the first plan's, carried out already.
+        key = again.launch_key
+        if key == plan.launch_key:
+            key = repack_key(plan.launch_key, len(rounds) + 1)
         only_launches = replace(
             again,
-            launch_key=repack_key(plan.launch_key, len(rounds) + 1),
+            launch_key=key,
             terminations=(),
             cancellations=(),
             adoptions=(),
             marks=(),
+            interruptions=(),
         )
         last = provider.launch(only_launches)
         rounds.append(Repack(refused, only_launches, last))

@@ -16,6 +16,7 @@ import pytest
 
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.status import QueueTagStore
+from dynagent.fallback import NO_CAPACITY
 from dynagent.plan import Interruption
 from dynagent.reconcile import apply_snapshot
 from dynagent.status import Summary
@@ -249,3 +250,86 @@ def test_an_idle_agents_warning_launches_when_the_last_snapshot_left_demand(
     (launch,) = outcome.plan.launches
     assert "demand waiting (8 slots" in launch.reason
     assert len(outcome.launch.started) == 1
+
+
+def test_a_replacement_whose_type_is_out_everywhere_is_repacked_onto_a_cover_at_once(
+    aws: LocalAws, ec2: Any
+) -> None:
+    """Issue 18: the busy 8-GPU machine's replacement finds no 8-GPU capacity in either
+    subnet; the same invocation launches two 4-GPU machines instead, one CreateFleet
+    call per offering tried, and remembers the refusals as the reconcile does."""
+    zones = {s["AvailabilityZone"]: s for s in ec2.describe_subnets()["Subnets"]}
+    subnets = [zones[zone] for zone in sorted(zones)[:2]]
+    offerings = {
+        "instance_types": ["p3.8xlarge", "p3.16xlarge"],
+        "subnet_ids": [s["SubnetId"] for s in subnets],
+        "purchase": ["spot"],
+    }
+    document = pool_document(image_id(ec2), instance_type="p3.16xlarge", offerings=offerings)
+    functions = AwsFunctions(config(document), ec2_for_region=lambda _: ec2, sleep=lambda _: None)
+    apply_snapshot(
+        functions.config, snapshot(1, pending=[("trial-1", 8)]), functions.provider, now()
+    )
+    (machine,) = managed_instances(ec2)
+    assert machine["InstanceType"] == "p3.16xlarge"
+    interrupted = machine["InstanceId"]
+    agents = [(interrupted, 8, 8)]
+    apply_snapshot(functions.config, snapshot(2, agents=agents), functions.provider, now())
+    aws.limit_capacity("p3.16xlarge", count=0)
+    aws.clear_calls()
+    event = notice(interrupted)
+
+    outcome = functions.handle_notice(event)
+
+    assert outcome is not None and outcome.launch is not None
+    assert outcome.launch.error is None
+    by_id = {i["InstanceId"]: i for i in managed_instances(ec2)}
+    cover = sorted(set(by_id) - {interrupted})
+    assert sorted(outcome.launch.started) == cover
+    assert [by_id[i]["InstanceType"] for i in cover] == ["p3.8xlarge"] * 2
+    assert all(by_id[i]["InstanceLifecycle"] == "spot" for i in cover)
+    assert {tags_of(by_id[i])["dynagent:launch-key"] for i in cover} == {
+        f"a100:interruption:{interrupted}:cover"
+    }
+    # Each 8-GPU offering asked once, then the two 4-GPU machines in one more call.
+    refused = Counter((site.instance_type, site.zone) for site in aws.capacity_refusals())
+    assert refused == {("p3.16xlarge", s["AvailabilityZone"]): 1 for s in subnets}
+    assert Counter(aws.calls("ec2"))["CreateFleet"] == 3
+    keys = {f"p3.16xlarge@{s['SubnetId']}/spot" for s in subnets}
+    (round_,) = outcome.repacks
+    assert set(round_.refused) == keys and sorted(round_.launch.started) == cover
+    assert functions.warm.memory("a100").unavailable(now()) == keys
+    assert functions.launch_errors.pools["a100"].error is None  # recorded: launched
+    assert "dynagent:interrupted-at" in tags_of(by_id[interrupted])
+    assert outcome.plan is not None and len(outcome.plan.interruptions) == 1
+
+    # Redelivered, to this function (which remembers the refusals and chooses the cover
+    # first) or to a cold one (which asks for 8 GPUs again): the same machines.
+    cold = AwsFunctions(config(document), ec2_for_region=lambda _: ec2, sleep=lambda _: None)
+    for again in (functions, cold):
+        replay = again.handle_notice(event)
+        assert replay is not None and replay.launch is not None
+        assert sorted(replay.launch.started) == cover
+        assert len(managed_instances(ec2)) == 3
+
+
+def test_with_no_cover_left_the_replacement_waits_and_the_refusal_is_recorded(
+    aws: LocalAws, ec2: Any, functions: AwsFunctions, subnets: list[str]
+) -> None:
+    """Both types out everywhere: every offering is asked once, the invocation's launch
+    error is the reconcile's, and the function's launch error memory records it."""
+    interrupted = agent_on_one_machine(functions, ec2, used_slots=4)["InstanceId"]
+    aws.limit_capacity("p3.8xlarge", count=0)
+    aws.limit_capacity("p3.16xlarge", count=0)
+    aws.clear_calls()
+
+    outcome = functions.handle_notice(notice(interrupted))
+
+    assert outcome is not None and outcome.launch is not None
+    assert outcome.launch.started == () and outcome.repacks == ()
+    assert outcome.launch.error is not None and outcome.launch.error.startswith(NO_CAPACITY)
+    assert functions.launch_errors.pools["a100"].error == outcome.launch.error
+    # Two types, two subnets, spot and on-demand: eight offerings, each asked once.
+    assert Counter(aws.calls("ec2"))["CreateFleet"] == 8
+    assert len(aws.capacity_refusals()) == 8
+    assert [i["InstanceId"] for i in managed_instances(ec2)] == [interrupted]

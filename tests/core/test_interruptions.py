@@ -147,6 +147,30 @@ def test_the_replacement_tries_the_reclaimed_offering_last() -> None:
     )
 
 
+def test_with_its_type_out_everywhere_the_replacement_is_the_cheapest_cover() -> None:
+    offerings = {
+        "instance_types": ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"],
+        "subnet_ids": ["subnet-a", "subnet-b"],
+    }
+    gpus = pool(instance_type="p3.16xlarge", offerings=offerings, max_instances=4)
+    base = replace(agent_instance("i-busy"), instance_type="p3.16xlarge", zone="subnet-a")
+    out = frozenset(f"p3.16xlarge@{s}/on-demand" for s in ("subnet-a", "subnet-b"))
+    plan = plan_interruption(gpus, replace(fleet(base), unavailable=out), warning("i-busy"), NOW)
+    # Its 8 slots on machines of a size that divides them: two 4-GPU ones, under a key
+    # of their own, the same whichever pass chooses them.
+    assert [launch.offerings[0].instance_type for launch in plan.launches] == ["p3.8xlarge"] * 2
+    assert {o.instance_type for launch in plan.launches for o in launch.offerings} == {"p3.8xlarge"}
+    assert all("p3.16xlarge has no capacity" in launch.reason for launch in plan.launches)
+    assert plan.launch_key == "gpu:interruption:i-busy:cover" and plan.waiting == ()
+    # The 4-GPU type out too: eight 1-GPU machines would exceed max_instances (4): the
+    # replacement waits, and says why.
+    out |= {f"p3.8xlarge@{s}/on-demand" for s in ("subnet-a", "subnet-b")}
+    plan = plan_interruption(gpus, replace(fleet(base), unavailable=out), warning("i-busy"), NOW)
+    assert plan.launches == ()
+    (why,) = plan.waiting
+    assert why.startswith("replacement for i-busy:") and "max_instances" in why, why
+
+
 # --- How decide counts an interrupted instance ----------------------------------------
 
 

@@ -22,14 +22,16 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import ClientError
 
 from dynagent.config import AwsProvider, Config, Pool, load_config
+from dynagent.fleet import Fleet
 from dynagent.interruptions import plan_interruption
 from dynagent.launch_errors import LaunchErrorMemory
 from dynagent.metrics import Point
 from dynagent.pass_metrics import dead_letter_point, pass_points, write_safely
+from dynagent.plan import Plan
 from dynagent.reconcile import (
     Outcome,
     Timer,
-    apply,
+    act,
     apply_snapshot,
     log_outcome,
     newest_per_pool,
@@ -248,7 +250,10 @@ class AwsFunctions:
 
     def handle_notice(self, event: dict[str, Any]) -> Outcome | None:
         """An EventBridge spot notice: mark the instance, launch its replacement if its
-        pool needs one (``dynagent.interruptions``). None when the instance is no pool's
+        pool needs one (``dynagent.interruptions``), re-packed at once onto the next
+        cheapest cover when its machines have no capacity anywhere, with launches paused
+        and refusals recorded as the reconcile's are (``reconcile.act``). None when the
+        instance is no pool's
         or the event is not a notice: nothing is read of it beyond the lookup, nothing
         is written."""
         now = self.clock()
@@ -273,8 +278,12 @@ class AwsFunctions:
             return None
         provider = self.provider(pool)
         fleet = provider.observe()
-        plan = plan_interruption(pool, fleet, notice, now, self._pending_slots(pool.name, now))
-        outcome = Outcome(pool.name, plan, apply(plan, provider), fleet=fleet)
+        pending = self._pending_slots(pool.name, now)
+
+        def decision(seen: Fleet) -> Plan:
+            return plan_interruption(pool, seen, notice, now, pending)
+
+        outcome = act(pool, provider, fleet, decision, now, self.launch_errors)
         log_outcome(self.logger, outcome)
         self._measure(outcome, now)
         return outcome

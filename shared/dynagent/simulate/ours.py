@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from dynagent.bridge.drain import Drainer
 from dynagent.config import Pool, Settings
-from dynagent.fleet import Mark
+from dynagent.fleet import Fleet, Mark
 from dynagent.interruptions import INTERRUPTION, Notice, plan_interruption
-from dynagent.reconcile import apply, reconcile
+from dynagent.plan import Plan
+from dynagent.reconcile import act, reconcile
 from dynagent.simulate.clock import at, next_on_grid, seconds_at
 from dynagent.simulate.cloud import SimCloud
 from dynagent.simulate.master import SimMaster
@@ -131,11 +132,15 @@ class DynagentPolicy:
         self._sweep_at = sweep if self._sweep_at is None else min(self._sweep_at, sweep)
 
     def interruption_warning(self, now: int, instance_id: str) -> None:
-        """What the interruption function does with EC2's warning, at once."""
+        """What the interruption function does with EC2's warning, at once (a cover of
+        smaller machines too, when its type has no capacity: ``reconcile.act``)."""
         moment = at(now)
         notice = Notice(instance_id, INTERRUPTION, moment)
-        plan = plan_interruption(self.pool, self.cloud.observe(), notice, moment)
-        apply(plan, self.cloud)
+
+        def decision(fleet: Fleet) -> Plan:
+            return plan_interruption(self.pool, fleet, notice, moment)
+
+        act(self.pool, self.cloud, self.cloud.observe(), decision, moment)
         self.decisions += 1
         # The mark frees a place under max_instances: the next snapshot may use it, as
         # every heartbeat of an exhaustive run would.
