@@ -163,6 +163,13 @@ ROWS = {
         "{missing}",
         "No such file",
     ),
+    "bridge: a master that does not answer": row(
+        "bridge --master http://127.0.0.1:{closed} --config {aws} --print --once "
+        "--token-file {token}",
+        "the master at http://127.0.0.1:{closed} could not be read",
+        "GET /api/v1/resource-pools",
+        "check that --master (or DET_MASTER) is the master's URL",
+    ),
 }
 
 # Rows about what the SDKs find in the environment: each in a process of its own.
@@ -240,6 +247,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "no_seq": ("no-seq.json", json.dumps(no_seq)),
         "trace": ("trace.csv", "arrival_s,duration_s,gpus\n0,60,1\n"),
         "bad_trace": ("bad.csv", "when,what\n0,1\n"),
+        "token": ("token", "an-access-token\n"),
     }
     for key, (name, text) in texts.items():
         (folder / name).write_text(text)

@@ -453,7 +453,9 @@ def test_print_once_from_the_command_line(
         timeout=60,
     )
     assert failed.returncode == 1 and failed.stdout == ""
-    assert "nothing published" in failed.stderr
+    (said,) = [line for line in failed.stderr.splitlines() if line.startswith("dynagent")]
+    assert f"the master at {master.url} could not be read" in said
+    assert "nothing published" in said
 
 
 def test_a_master_before_0_23_1_is_read_through_the_first_job_queue_api(

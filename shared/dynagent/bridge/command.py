@@ -72,6 +72,15 @@ def _alias_pools(config: Config) -> list[str]:
     )
 
 
+def unreadable(url: str, error: str | None) -> str:
+    """Why ``--once`` published nothing, and what to check, in one line."""
+    return (
+        f"the master at {url} could not be read ({error}): nothing published; check that "
+        "--master (or DET_MASTER) is the master's URL and that it answers there, and that "
+        "DET_USER and DET_PASS, or --token-file, may log in to it"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from dynagent.publish import publisher_for
 
@@ -108,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         if args.once:
             bridge.run_once()
             if bridge.outage_since is not None:
-                raise MasterUnavailable("the master could not be read: nothing published")
+                raise MasterUnavailable(unreadable(master.url, bridge.outage_error))
             return 0
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

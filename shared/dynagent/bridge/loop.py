@@ -61,6 +61,8 @@ class Bridge:
     last: dict[str, _Published] = field(default_factory=dict)
     seq: int = 0
     outage_since: datetime | None = None
+    # Why the last pass could not read the master (None: it could).
+    outage_error: str | None = None
     missing_logged: set[str] = field(default_factory=set)
     # By pool: when a published snapshot last said each agent was draining.
     draining_reported: dict[str, dict[str, datetime]] = field(default_factory=dict)
@@ -82,13 +84,16 @@ class Bridge:
         try:
             readings = self._read()
         except MasterUnavailable as error:
+            self.outage_error = str(error)
             if self.outage_since is None:
                 self.outage_since = now
                 self.logger.warning(
-                    "master unavailable: publishing nothing until it answers",
+                    f"master {self.master.url} unavailable ({error}): publishing nothing "
+                    "until it answers",
                     extra={"error": str(error)},
                 )
             return []
+        self.outage_error = None
         if self.outage_since is not None:
             self.logger.warning(
                 "master answering again",
