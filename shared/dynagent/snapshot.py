@@ -30,8 +30,9 @@ class InvalidSnapshot(ValueError):
 
 
 class _Wire(BaseModel):
-    # Unknown fields are ignored so a newer master can add some within version 1.
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    # Unknown fields are ignored so a newer master can add some within version 1. Only
+    # keys are worth caching when reading JSON: ids and task names are each seen once.
+    model_config = ConfigDict(frozen=True, extra="ignore", cache_strings="keys")
 
 
 # A snapshot holds one task and one agent per entry, tens of thousands in a large pool:
@@ -124,7 +125,29 @@ class Snapshot(_Wire):
 
 
 def parse_snapshot(body: str | bytes) -> Snapshot:
-    """Parse a message body; raise InvalidSnapshot saying what is wrong with it."""
+    """Parse a message body; raise InvalidSnapshot saying what is wrong with it.
+
+    A good message is read and validated in one step (pydantic's own JSON reader builds
+    no dict of the whole message first: a third of the cost at 10,000 agents). Anything
+    else is read again the long way, which says what is wrong: so a bad message gets
+    the same answer either way, and the fast one is taken only where both agree.
+    """
+    try:
+        snapshot = Snapshot.model_validate_json(body)
+    except (ValueError, RecursionError):  # ValidationError is a ValueError
+        pass
+    else:
+        # type and version have defaults, but a message must say them.
+        if snapshot.model_fields_set >= _STATED:
+            return snapshot
+    return _parse_slowly(body)
+
+
+# Fields whose value the fast path cannot tell from their default.
+_STATED: Final = frozenset({"type", "version"})
+
+
+def _parse_slowly(body: str | bytes) -> Snapshot:
     try:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError) as error:

@@ -60,6 +60,51 @@ def test_round_trips_through_json() -> None:
     assert parse_snapshot(original.to_json()) == original
 
 
+# Bodies a publisher might send, each read alike by the one-step reader and the long
+# way (json.loads, then validation of the document).
+AGREEING_BODIES = [
+    pytest.param(json.dumps(snapshot_document()), id="plain"),
+    pytest.param(json.dumps(snapshot_document()).encode(), id="bytes"),
+    pytest.param(
+        json.dumps(
+            snapshot_document(
+                pending=[{"task": "t1", "slots": 2, "priority": 10, "single_agent": True}],
+                agents=[
+                    {"id": "i-1", "slots": 8, "used_slots": 0, "draining": True, "tasks": 1},
+                    {"id": "i-2", "slots": 8, "used_slots": 8, "enabled": False},
+                ],
+                master_addresses={"local-ipv4": "10.0.0.2"},
+                fitting_policy="worst",
+            )
+        ),
+        id="optional-fields",
+    ),
+    pytest.param(
+        '{"type": "x", "version": 1.0, "pool": "gpu", "seq": "7", "time": 1714564800,'
+        ' "type": "pool.snapshot", "agents": [{"id": "i-1", "slots": 4.0, "used_slots": 0,'
+        ' "label": NaN}]}',
+        id="lax-values-and-a-repeated-key",
+    ),
+    # json.loads reads bytes with a byte order mark (and UTF-16): pydantic's reader does not.
+    pytest.param(("\ufeff" + json.dumps(snapshot_document())).encode(), id="utf-8-bom"),
+    pytest.param(json.dumps(snapshot_document()).encode("utf-16"), id="utf-16"),
+]
+
+
+@pytest.mark.parametrize("body", AGREEING_BODIES)
+def test_the_one_step_reader_agrees_with_the_long_way(body: str | bytes) -> None:
+    try:
+        expected: Any = snapshot_from_document(json.loads(body))
+    except (InvalidSnapshot, ValueError) as error:
+        expected = type(error)
+    try:
+        found: Any = parse_snapshot(body)
+    except (InvalidSnapshot, ValueError) as error:
+        found = type(error)
+
+    assert found == expected
+
+
 def _without(field: str) -> dict[str, Any]:
     document = snapshot_document()
     del document[field]
