@@ -400,11 +400,17 @@ def _walk_fleet(ctx: _Context) -> _Survey:
     # enabled the agent again and the master placed work there (DRAINING_REPORT_LEASE).
     drain = ctx.provider.drain_idle_agents
     drain_lease = ctx.snapshot is not None and ctx.now - ctx.snapshot.time <= DRAINING_REPORT_LEASE
+    # This loop runs once per instance of fleets of tens of thousands: the names it asks
+    # of each are local, and Instance.live is inlined.
+    running, starting = InstanceState.RUNNING, InstanceState.STARTING
+    registered, idle, interrupted = Mark.REGISTERED, Mark.IDLE_SINCE, Mark.INTERRUPTED_AT
+    disconnected = Mark.DISCONNECTED_SINCE
     for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
-        if not instance.live:
+        state, marks = instance.state, instance.marks
+        if state is not running and state is not starting:
             _remove_stopped(ctx, instance)
             continue
-        if Mark.INTERRUPTED_AT in instance.marks and _going_away(ctx, instance, survey):
+        if interrupted in marks and _going_away(ctx, instance, survey):
             continue
         if agent is None:
             _review_absent(ctx, instance)
@@ -412,11 +418,17 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             continue
         marked = False
         if agent is not None:
-            marked = _marks_say(instance.marks, agent)
-            if marked and agent.used_slots:
+            # Whether its marks already say what the snapshot does (agent.idle inlined).
+            used = agent.used_slots
+            marked = (
+                registered in marks
+                and disconnected not in marks
+                and (idle in marks) == (used == 0 and agent.tasks == 0)
+            )
+            if marked and used:
                 # Busy, and its marks say so: the common case; only spare slots to note.
-                if agent.used_slots < agent.slots and _takes_tasks(agent, drain):
-                    spare = Existing(agent.slots, agent.slots - agent.used_slots, arriving=False)
+                if used < agent.slots and _takes_tasks(agent, drain):
+                    spare = Existing(agent.slots, agent.slots - used, arriving=False)
                     survey.room.append((instance.id, spare))
                 continue
         since = _idle_since(ctx, instance, agent)
@@ -727,16 +739,6 @@ def _mark_writes(
             groups[change].append(instance_id)
     return tuple(
         MarkWrite(mark, value, tuple(ids), reason) for (mark, value, reason), ids in groups.items()
-    )
-
-
-def _marks_say(marks: dict[Mark, datetime], agent: Agent) -> bool:
-    """Whether a connected agent's marks already say what the snapshot does about it."""
-    return (
-        Mark.REGISTERED in marks
-        and Mark.DISCONNECTED_SINCE not in marks
-        # agent.idle, inlined: this runs once per connected agent of a large fleet.
-        and (Mark.IDLE_SINCE in marks) == (agent.used_slots == 0 and agent.tasks == 0)
     )
 
 
