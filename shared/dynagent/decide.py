@@ -17,8 +17,8 @@ from dynagent.boot.master import MasterUrlError, master_address
 from dynagent.config import Pool, ProviderConfig, Settings
 from dynagent.durations import format_duration
 from dynagent.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
-from dynagent.offerings import Catalog, Shape
-from dynagent.packing import AT_CAP, Demand, Existing, pack
+from dynagent.offerings import Catalog, Offering, Shape
+from dynagent.packing import AT_CAP, Demand, Existing, NewMachine, pack
 from dynagent.plan import (
     Adoption,
     Cancellation,
@@ -235,14 +235,7 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
         pending = tuple(task for task in pending if task.slots > 0)
     demand = _pack(ctx, pending, existing, live)
     catalog = ctx.catalog
-    launches = [
-        Launch(
-            reason=f"pending tasks: {', '.join(machine.tasks)}",
-            tasks=tuple(machine.tasks),
-            offerings=catalog.fallbacks(machine.shape),
-        )
-        for machine in demand.new_machines
-    ]
+    launches = _for_demand(catalog, demand.new_machines)
     smallest = ctx.smallest
     if smallest is None:
         return tuple(launches), demand
@@ -266,6 +259,21 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     ] * max(0, below_min)
     launches += _headroom(ctx, demand, smallest, live + len(launches))
     return tuple(launches), demand
+
+
+def _for_demand(catalog: Catalog, machines: list[NewMachine]) -> list[Launch]:
+    """A launch for each new machine pending tasks need; thousands in a large pass."""
+    launches = []
+    shape: Shape | None = None
+    offerings: tuple[Offering, ...] = ()
+    for machine in machines:
+        # Machines of one shape come in runs: their fallbacks are asked once per run.
+        if machine.shape is not shape:
+            shape = machine.shape
+            offerings = catalog.fallbacks(shape)
+        tasks = machine.tasks
+        launches.append(Launch(f"pending tasks: {', '.join(tasks)}", tuple(tasks), offerings))
+    return launches
 
 
 def _pack(

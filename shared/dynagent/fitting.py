@@ -66,6 +66,11 @@ class AgentFit:
         # thousands of tasks waiting for new machines, each is then one lookup.
         self._unfit: set[tuple[int, bool]] = set()
 
+    @property
+    def full(self) -> bool:
+        """No agent has a free slot: every task waits from now on."""
+        return not self.buckets
+
     def place(self, task_slots: int, single_agent: bool) -> list[int] | None:
         """The agents the master gives a task of ``task_slots`` now, taking their slots;
         None when it must wait."""

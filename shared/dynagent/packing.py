@@ -44,6 +44,7 @@ from dynagent.plan import Unschedulable
 from dynagent.snapshot import PendingTask
 
 _SLOTS = operator.attrgetter("slots")
+_PRIORITY = operator.attrgetter("priority")
 # How a reason for waiting demand starts when only a cap of the pool holds it back.
 AT_MAX = "pool is at max_instances"
 AT_MAX_SLOTS = "pool is at max_slots"
@@ -237,8 +238,7 @@ def pack(
         if blocked is not None:
             demand.waiting += [(task, blocked) for task in tasks]
             continue
-        fit = place.fit
-        later = [task for task in tasks if fit.place(task.slots, task.single_agent) is None]
+        later = _wait_for_room(place.fit, tasks)
         if later:
             blocker = place.later(later)
             if blocker is not None:
@@ -251,9 +251,30 @@ def pack(
     return demand
 
 
+def _wait_for_room(fit: AgentFit, tasks: list[PendingTask]) -> list[PendingTask]:
+    """Place ``tasks`` in turn on the registered agents; those that must wait, in order.
+
+    Once the agents are full, the rest wait without being asked about: a pass of 10,000
+    tasks often fills the idle agents with its first thousands."""
+    later: list[PendingTask] = []
+    if fit.full:
+        return list(tasks)
+    place = fit.place
+    for index, task in enumerate(tasks):
+        if place(task.slots, task.single_agent) is None:
+            later.append(task)
+        elif fit.full:
+            return later + tasks[index + 1 :]
+    return later
+
+
 def _levels(pending: Sequence[PendingTask]) -> Iterator[tuple[int, list[PendingTask]]]:
     """The tasks by priority level, the master's first (the lowest number), each in
     queue order; a task without a priority is at Determined's default level."""
+    priorities = set(map(_PRIORITY, pending))
+    if len(priorities) == 1:  # the common case, and thousands of tasks: one level
+        (priority,) = priorities
+        return iter([(DEFAULT_PRIORITY if priority is None else priority, list(pending))])
     levels: dict[int, list[PendingTask]] = {}
     for task in pending:
         priority = DEFAULT_PRIORITY if task.priority is None else task.priority
