@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -31,6 +32,7 @@ from dynagent.plan import (
 from dynagent.snapshot import DRAINING_REPORT_LEASE, Agent, PendingTask, Snapshot
 
 _ID = operator.attrgetter("id")
+_SLOTS = operator.attrgetter("slots")
 _STATE = operator.attrgetter("state")
 
 # Spot request status codes that will not turn into an instance by waiting.
@@ -88,7 +90,8 @@ class _Context:
         self.shapes = self.catalog.shapes()
         instances = self.fleet.instances
         if self.snapshot:
-            self.agents = {agent.id: agent for agent in self.snapshot.agents}
+            agents = self.snapshot.agents
+            self.agents = dict(zip(map(_ID, agents), agents, strict=True))
         # map and count loop in C: they touch every instance.
         self.connected = list(map(self.agents.get, map(_ID, instances)))
         # filter() tests truth in C; count(None) would call each Agent's __eq__.
@@ -116,7 +119,8 @@ class _Context:
     def by_id(self) -> dict[str, Instance]:
         """The managed instances by id; built when first needed, which a pass with no
         removal and no spot request never does."""
-        return {instance.id: instance for instance in self.fleet.instances}
+        instances = self.fleet.instances
+        return dict(zip(map(_ID, instances), instances, strict=True))
 
     @property
     def provider(self) -> ProviderConfig:
@@ -170,6 +174,8 @@ class _Survey:
     # (capacity on its way), idle agents, and agents with slots to spare. Pending tasks
     # go there first.
     room: list[tuple[str, Existing]] = field(default_factory=list)
+    # The agents of ``room`` with nothing running, and their instances.
+    idle_agents: list[tuple[Instance, Agent]] = field(default_factory=list)
     # (instance id, its mark changes), for instances whose marks the snapshot changes.
     marks: list[tuple[str, list[tuple[Mark, datetime | None, str]]]] = field(default_factory=list)
 
@@ -230,7 +236,7 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     live = _live_count(ctx)
     existing = _existing(ctx, room)
     pending = ctx.snapshot.pending if ctx.snapshot else ()
-    zero_slot = [task.task for task in pending if task.slots == 0]
+    zero_slot = [task.task for task in pending if task.slots == 0] if 0 in _slots(pending) else []
     if zero_slot:
         pending = tuple(task for task in pending if task.slots > 0)
     demand = _pack(ctx, pending, existing, live)
@@ -296,6 +302,11 @@ def _pack(
     )
 
 
+def _slots(tasks: tuple[PendingTask, ...]) -> Iterator[int]:
+    """The slots of each task, read in C: ``0 in _slots(tasks)`` looks at thousands fast."""
+    return map(_SLOTS, tasks)
+
+
 def _slot_room(ctx: _Context) -> int | None:
     """Slots the pool may still launch under its cap in slots (None: it has none): the
     cap, less the slots of the instances and spot requests this plan keeps."""
@@ -359,6 +370,8 @@ def _launch_key(pool: str, snapshot: Snapshot | None, now: datetime) -> str:
 
 
 def _review_spot_requests(ctx: _Context) -> None:
+    if not ctx.fleet.spot_requests:
+        return
     managed = ctx.by_id
     for request in ctx.fleet.spot_requests:
         if request.state is RequestState.CANCELLED_INSTANCE_RUNNING and request.instance_id:
@@ -458,6 +471,8 @@ def _walk_fleet(ctx: _Context) -> _Survey:
         elif agent is not None and agent.used_slots < agent.slots and _takes_tasks(agent, drain):
             free = agent.slots - agent.used_slots
             survey.room.append((instance.id, Existing(agent.slots, free, arriving=False)))
+            if agent.idle:
+                survey.idle_agents.append((instance, agent))
         if with_snapshot and not marked:
             changes = _mark_changes(instance, agent, ctx.seen_at)
             if changes:
@@ -576,15 +591,12 @@ def _counted_on(ctx: _Context, survey: _Survey) -> set[str]:
     half = ctx.now - ctx.provider.max_idle_agent_period / 2
     if ctx.provider.drain_idle_agents:
         # Only drained agents can be reaped; the bridge enables them again for the tasks.
-        idle = {i for i, _ in survey.room if (a := ctx.agents.get(i)) and a.draining and a.idle}
+        idle = {instance.id for instance, agent in survey.idle_agents if agent.draining}
     else:
         idle = {
-            instance_id
-            for instance_id, _ in survey.room
-            if (agent := ctx.agents.get(instance_id)) is not None
-            and agent.idle
-            and (since := ctx.by_id[instance_id].idle_since) is not None
-            and since <= half
+            instance.id
+            for instance, _ in survey.idle_agents
+            if (since := instance.idle_since) is not None and since <= half
         }
     if not idle:
         return set()
@@ -632,7 +644,7 @@ def _reap_idle(
     ranked = sorted(idle, key=lambda item: (-ctx.price(by_id[item[1]]), item))
     # A pending zero-slot task is the master's to place on any agent: keep one for it.
     pending = ctx.snapshot.pending if ctx.snapshot else ()
-    floor = max(provider.min_instances, 1 if any(t.slots == 0 for t in pending) else 0)
+    floor = max(provider.min_instances, 1 if 0 in _slots(pending) else 0)
     for since, instance_id in ranked:
         if live <= floor:
             break

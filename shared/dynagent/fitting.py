@@ -103,15 +103,15 @@ class AgentFit:
         self._take(index, self.free[index])
 
     def _shared(self, task_slots: int) -> int | None:
+        # Higher scores win: BestFit 1/(1+free), so the fewest free slots, and WorstFit
+        # free/slots; then the agent listed first. Buckets are never empty.
         best: tuple[float, int] | None = None
+        worst = self.worst
         for (slots, free), bucket in self.buckets.items():
-            if free < task_slots or not bucket:
-                continue
-            # Higher scores win: BestFit 1/(1+free), WorstFit free/slots.
-            score = free / slots if self.worst else 1 / (1 + free)
-            first = next(iter(bucket))
-            if best is None or (-score, first) < (-best[0], best[1]):
-                best = (score, first)
+            if free >= task_slots:
+                candidate = (-free / slots if worst else free, next(iter(bucket)))
+                if best is None or candidate < best:
+                    best = candidate
         return None if best is None else best[1]
 
     def _dedicated(self, task_slots: int) -> list[int] | None:
