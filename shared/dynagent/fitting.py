@@ -77,19 +77,13 @@ class AgentFit:
         ask = (task_slots, single_agent or task_slots <= 1)
         if ask in self._unfit:
             return None
-        agents = self._place(task_slots, ask[1])
-        if agents is None:
-            self._unfit.add(ask)
-        return agents
-
-    def _place(self, task_slots: int, single_agent: bool) -> list[int] | None:
         index = self._shared(task_slots)
         if index is not None:
             self._take(index, task_slots)
             return [index]
-        if single_agent:
-            return None
-        agents = self._dedicated(task_slots)
+        agents = None if ask[1] else self._dedicated(task_slots)
+        if agents is None:
+            self._unfit.add(ask)
         for index in agents or ():
             self._take(index, self.slots[index])
         return agents
@@ -123,11 +117,12 @@ class AgentFit:
         return None
 
     def _take(self, index: int, slots: int) -> None:
-        key = (self.slots[index], self.free[index])
-        bucket = self.buckets[key]
+        buckets, size, free = self.buckets, self.slots[index], self.free[index]
+        bucket = buckets[size, free]
         del bucket[index]
         if not bucket:
-            del self.buckets[key]
-        self.free[index] -= slots
-        if self.free[index] > 0:
-            self.buckets.setdefault((key[0], self.free[index]), {})[index] = None
+            del buckets[size, free]
+        free -= slots
+        self.free[index] = free
+        if free > 0:
+            buckets.setdefault((size, free), {})[index] = None

@@ -313,22 +313,7 @@ class _Placement:
         the first of them that must wait for all that (or can never run), if any."""
         demand = self.demand
         held = len(demand.waiting), len(demand.unschedulable)
-        small: list[PendingTask] = []
-        gangs: list[PendingTask] = []
-        for task in tasks:
-            if task.slots <= self.largest:
-                small.append(task)
-            elif task.single_agent:
-                demand.unschedulable.append(
-                    Unschedulable(
-                        task.task,
-                        task.slots,
-                        "runs on one agent (a command, notebook, shell, TensorBoard or "
-                        f"checkpoint GC), and the largest machine has {self.largest} slots",
-                    )
-                )
-            else:
-                gangs.append(task)
+        small, gangs = self._split(tasks)
         for task in sorted(gangs, key=_SLOTS, reverse=True):
             self._gang(task)
         queue = _Queue(small)
@@ -339,7 +324,32 @@ class _Placement:
         _open_machines(demand, queue, self.shapes, self.budget)
         stuck = {t.task for t, _ in demand.waiting[held[0] :]}
         stuck.update(u.task for u in demand.unschedulable[held[1] :])
+        if not stuck:
+            return None
         return next((task.task for task in tasks if task.task in stuck), None)
+
+    def _split(self, tasks: list[PendingTask]) -> tuple[list[PendingTask], list[PendingTask]]:
+        """The tasks that fit one machine, and those over one that may span machines; a
+        task over one that may not is unschedulable."""
+        if max(map(_SLOTS, tasks), default=0) <= self.largest:  # the common case
+            return tasks, []
+        small: list[PendingTask] = []
+        gangs: list[PendingTask] = []
+        for task in tasks:
+            if task.slots <= self.largest:
+                small.append(task)
+            elif task.single_agent:
+                self.demand.unschedulable.append(
+                    Unschedulable(
+                        task.task,
+                        task.slots,
+                        "runs on one agent (a command, notebook, shell, TensorBoard or "
+                        f"checkpoint GC), and the largest machine has {self.largest} slots",
+                    )
+                )
+            else:
+                gangs.append(task)
+        return small, gangs
 
     def _gang(self, task: PendingTask) -> None:
         """A task over one machine: machines of one size that divides it, the largest
