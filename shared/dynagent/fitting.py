@@ -29,6 +29,7 @@ buckets, not at every agent: a snapshot may list ten thousand.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -55,12 +56,15 @@ class AgentFit:
         self.slots = slots
         self.free = free
         self.worst = policy == "worst"
-        # (slots, free) -> agents in listing order (a dict keeps it), for those with
-        # free slots; whole unused agents are the buckets with free == slots.
-        self.buckets: dict[tuple[int, int], dict[int, None]] = {}
+        # (slots, free) -> agents in the order they came there (listing order at first),
+        # for those with free slots; whole unused agents are the buckets with free ==
+        # slots. Agents leave a bucket from its front (the first is the one given a
+        # task), so a bucket is a queue: a dict's first key is found past every key
+        # deleted before it, which made placing tasks on thousands of agents quadratic.
+        self.buckets: dict[tuple[int, int], deque[int]] = {}
         for index in agents:
             if free[index] > 0:
-                self.buckets.setdefault((slots[index], free[index]), {})[index] = None
+                self.buckets.setdefault((slots[index], free[index]), deque()).append(index)
         # Asks (slots, single agent) that found no fit: room is only ever taken here, so
         # they never will. With
         # thousands of tasks waiting for new machines, each is then one lookup.
@@ -103,7 +107,7 @@ class AgentFit:
         worst = self.worst
         for (slots, free), bucket in self.buckets.items():
             if free >= task_slots:
-                candidate = (-free / slots if worst else free, next(iter(bucket)))
+                candidate = (-free / slots if worst else free, bucket[0])
                 if best is None or candidate < best:
                     best = candidate
         return None if best is None else best[1]
@@ -119,10 +123,13 @@ class AgentFit:
     def _take(self, index: int, slots: int) -> None:
         buckets, size, free = self.buckets, self.slots[index], self.free[index]
         bucket = buckets[size, free]
-        del bucket[index]
+        if bucket[0] == index:
+            bucket.popleft()
+        else:
+            bucket.remove(index)
         if not bucket:
             del buckets[size, free]
         free -= slots
         self.free[index] = free
         if free > 0:
-            buckets.setdefault((size, free), {})[index] = None
+            buckets.setdefault((size, free), deque()).append(index)
