@@ -53,7 +53,7 @@ AT_CAP = (AT_MAX, AT_MAX_SLOTS)
 DEFAULT_PRIORITY = 42
 
 
-@dataclass
+@dataclass(slots=True)
 class NewMachine:
     shape: Shape
     tasks: list[str] = field(default_factory=list)
@@ -78,7 +78,7 @@ class Demand:
         return [machine.tasks for machine in self.new_machines]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Existing:
     """A machine of the pool that pending tasks may go to: its slots and free slots."""
 
