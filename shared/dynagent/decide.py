@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import operator
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -83,9 +82,16 @@ class _Context:
     # What the pool may buy now, less what the cloud recently had no capacity for.
     catalog: Catalog = field(init=False)
     shapes: tuple[Shape, ...] = field(init=False)
+    # The pending tasks of no slots, by name: read once, as several rules ask.
+    zero_slot: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.seen_at = min(self.snapshot.time, self.now) if self.snapshot else self.now
+        pending = self.snapshot.pending if self.snapshot else ()
+        # map and ``in`` loop in C over what may be thousands of tasks.
+        self.zero_slot = (
+            [t.task for t in pending if t.slots == 0] if 0 in map(_SLOTS, pending) else []
+        )
         self.catalog = self.pool.provider.catalog(self.fleet.spot_prices, self.fleet.unavailable)
         self.shapes = self.catalog.shapes()
         instances = self.fleet.instances
@@ -174,8 +180,8 @@ class _Survey:
     # (capacity on its way), idle agents, and agents with slots to spare. Pending tasks
     # go there first.
     room: list[tuple[str, Existing]] = field(default_factory=list)
-    # The agents of ``room`` with nothing running, and their instances.
-    idle_agents: list[tuple[Instance, Agent]] = field(default_factory=list)
+    # The agents of ``room`` with nothing running: (instance id, agent, its idle mark).
+    idle_agents: list[tuple[str, Agent, datetime | None]] = field(default_factory=list)
     # (instance id, its mark changes), for instances whose marks the snapshot changes.
     marks: list[tuple[str, list[tuple[Mark, datetime | None, str]]]] = field(default_factory=list)
 
@@ -236,7 +242,7 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     live = _live_count(ctx)
     existing = _existing(ctx, room)
     pending = ctx.snapshot.pending if ctx.snapshot else ()
-    zero_slot = [task.task for task in pending if task.slots == 0] if 0 in _slots(pending) else []
+    zero_slot = ctx.zero_slot
     if zero_slot:
         pending = tuple(task for task in pending if task.slots > 0)
     demand = _pack(ctx, pending, existing, live)
@@ -300,11 +306,6 @@ def _pack(
         sizes=tuple({o.slots for o in ctx.catalog.offerings}),
         fitting_policy=ctx.snapshot.fitting_policy if ctx.snapshot else None,
     )
-
-
-def _slots(tasks: tuple[PendingTask, ...]) -> Iterator[int]:
-    """The slots of each task, read in C: ``0 in _slots(tasks)`` looks at thousands fast."""
-    return map(_SLOTS, tasks)
 
 
 def _slot_room(ctx: _Context) -> int | None:
@@ -472,7 +473,7 @@ def _walk_fleet(ctx: _Context) -> _Survey:
             free = agent.slots - agent.used_slots
             survey.room.append((instance.id, Existing(agent.slots, free, arriving=False)))
             if agent.idle:
-                survey.idle_agents.append((instance, agent))
+                survey.idle_agents.append((instance.id, agent, marks.get(idle)))
         if with_snapshot and not marked:
             changes = _mark_changes(instance, agent, ctx.seen_at)
             if changes:
@@ -591,12 +592,12 @@ def _counted_on(ctx: _Context, survey: _Survey) -> set[str]:
     half = ctx.now - ctx.provider.max_idle_agent_period / 2
     if ctx.provider.drain_idle_agents:
         # Only drained agents can be reaped; the bridge enables them again for the tasks.
-        idle = {instance.id for instance, agent in survey.idle_agents if agent.draining}
+        idle = {instance_id for instance_id, agent, _ in survey.idle_agents if agent.draining}
     else:
         idle = {
-            instance.id
-            for instance, _ in survey.idle_agents
-            if (since := instance.idle_since) is not None and since <= half
+            instance_id
+            for instance_id, _, since in survey.idle_agents
+            if since is not None and since <= half
         }
     if not idle:
         return set()
@@ -643,8 +644,7 @@ def _reap_idle(
     headroom = _HeadroomGuard(ctx, room)
     ranked = sorted(idle, key=lambda item: (-ctx.price(by_id[item[1]]), item))
     # A pending zero-slot task is the master's to place on any agent: keep one for it.
-    pending = ctx.snapshot.pending if ctx.snapshot else ()
-    floor = max(provider.min_instances, 1 if 0 in _slots(pending) else 0)
+    floor = max(provider.min_instances, 1 if ctx.zero_slot else 0)
     for since, instance_id in ranked:
         if live <= floor:
             break
