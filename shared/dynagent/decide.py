@@ -180,8 +180,9 @@ class _Survey:
     # (capacity on its way), idle agents, and agents with slots to spare. Pending tasks
     # go there first.
     room: list[tuple[str, Existing]] = field(default_factory=list)
-    # The agents of ``room`` with nothing running: (instance id, agent, its idle mark).
-    idle_agents: list[tuple[str, Agent, datetime | None]] = field(default_factory=list)
+    # Agents of ``room`` with nothing running that may be reaped soon: idle (by their
+    # mark) half max_idle_agent_period or longer, or, in a drained pool, draining.
+    waning: list[str] = field(default_factory=list)
     # (instance id, its mark changes), for instances whose marks the snapshot changes.
     marks: list[tuple[str, list[tuple[Mark, datetime | None, str]]]] = field(default_factory=list)
 
@@ -417,6 +418,7 @@ def _walk_fleet(ctx: _Context) -> _Survey:
     survey = _Survey()
     # since <= now - period is now - since >= period, with one subtraction per pass.
     cutoff = ctx.now - ctx.provider.max_idle_agent_period
+    half = ctx.now - ctx.provider.max_idle_agent_period / 2
     terminations, with_snapshot = ctx.terminations, ctx.snapshot is not None
     # A draining report is a lease for the terminate: past it, the publisher may have
     # enabled the agent again and the master placed work there (DRAINING_REPORT_LEASE).
@@ -472,8 +474,10 @@ def _walk_fleet(ctx: _Context) -> _Survey:
         elif agent is not None and agent.used_slots < agent.slots and _takes_tasks(agent, drain):
             free = agent.slots - agent.used_slots
             survey.room.append((instance.id, Existing(agent.slots, free, arriving=False)))
-            if agent.idle:
-                survey.idle_agents.append((instance.id, agent, marks.get(idle)))
+            if agent.idle and (
+                agent.draining if drain else (mark := marks.get(idle)) is not None and mark <= half
+            ):
+                survey.waning.append(instance.id)
         if with_snapshot and not marked:
             changes = _mark_changes(instance, agent, ctx.seen_at)
             if changes:
@@ -589,18 +593,11 @@ def _counted_on(ctx: _Context, survey: _Survey) -> set[str]:
         return set()
     # Only agents idle half their period or longer can be reaped soon or need their mark
     # renewed; with none, there is nothing to keep (the common case: no second packing).
-    half = ctx.now - ctx.provider.max_idle_agent_period / 2
-    if ctx.provider.drain_idle_agents:
-        # Only drained agents can be reaped; the bridge enables them again for the tasks.
-        idle = {instance_id for instance_id, agent, _ in survey.idle_agents if agent.draining}
-    else:
-        idle = {
-            instance_id
-            for instance_id, _, since in survey.idle_agents
-            if since is not None and since <= half
-        }
-    if not idle:
+    # In a drained pool only drained agents can be reaped; the bridge enables them again
+    # for the tasks. The walk noted both kinds (``_Survey.waning``).
+    if not survey.waning:
         return set()
+    idle = set(survey.waning)
     candidates = [(i, m) for i, m in survey.room if i not in ctx.terminations]
     sized = tuple(task for task in pending if task.slots > 0)
     demand = _pack(ctx, sized, [machine for _, machine in candidates], _live_count(ctx))
