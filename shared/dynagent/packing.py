@@ -45,6 +45,7 @@ from dynagent.snapshot import PendingTask
 
 _SLOTS = operator.attrgetter("slots")
 _PRIORITY = operator.attrgetter("priority")
+_TASK = operator.attrgetter("task")
 # How a reason for waiting demand starts when only a cap of the pool holds it back.
 AT_MAX = "pool is at max_instances"
 AT_MAX_SLOTS = "pool is at max_slots"
@@ -102,7 +103,7 @@ class _Queue:
         self.next: dict[int, int] = {}
         for slots, group in itertools.groupby(sorted(tasks, key=_SLOTS, reverse=True), _SLOTS):
             self.tasks[slots] = list(group)
-            self.names[slots] = [t.task for t in self.tasks[slots]]
+            self.names[slots] = list(map(_TASK, self.tasks[slots]))
             self.next[slots] = 0
         # Sizes with tasks left, largest first.
         self.waiting: list[int] = list(self.names)
@@ -251,7 +252,7 @@ def pack(
     return demand
 
 
-def _wait_for_room(fit: AgentFit, tasks: list[PendingTask]) -> list[PendingTask]:
+def _wait_for_room(fit: AgentFit, tasks: Sequence[PendingTask]) -> list[PendingTask]:
     """Place ``tasks`` in turn on the registered agents; those that must wait, in order.
 
     Once the agents are full, the rest wait without being asked about: a pass of 10,000
@@ -264,17 +265,18 @@ def _wait_for_room(fit: AgentFit, tasks: list[PendingTask]) -> list[PendingTask]
         if place(task.slots, task.single_agent) is None:
             later.append(task)
         elif fit.full:
-            return later + tasks[index + 1 :]
+            later.extend(itertools.islice(tasks, index + 1, None))
+            return later
     return later
 
 
-def _levels(pending: Sequence[PendingTask]) -> Iterator[tuple[int, list[PendingTask]]]:
+def _levels(pending: Sequence[PendingTask]) -> Iterator[tuple[int, Sequence[PendingTask]]]:
     """The tasks by priority level, the master's first (the lowest number), each in
     queue order; a task without a priority is at Determined's default level."""
     priorities = set(map(_PRIORITY, pending))
-    if len(priorities) == 1:  # the common case, and thousands of tasks: one level
+    if len(priorities) == 1:  # the common case, and thousands of tasks: one level, as is
         (priority,) = priorities
-        return iter([(DEFAULT_PRIORITY if priority is None else priority, list(pending))])
+        return iter([(DEFAULT_PRIORITY if priority is None else priority, pending)])
     levels: dict[int, list[PendingTask]] = {}
     for task in pending:
         priority = DEFAULT_PRIORITY if task.priority is None else task.priority
