@@ -66,7 +66,6 @@ class _Context:
     snapshot: Snapshot | None
     now: datetime
     settings: Settings
-    agents: dict[str, Agent] = field(default_factory=dict)
     terminations: dict[str, Termination] = field(default_factory=dict)
     cancellations: dict[str, str] = field(default_factory=dict)
     adoptions: list[Adoption] = field(default_factory=list)
@@ -96,31 +95,34 @@ class _Context:
         self.catalog = self.pool.provider.catalog(self.fleet.spot_prices, self.fleet.unavailable)
         self.shapes = self.catalog.shapes()
         instances = self.fleet.instances
+        # The agents by id are needed only here: dropped while what they point to is
+        # still in the cache (at 100k agents, freeing them at the end of the pass cost
+        # milliseconds of cache misses).
+        agents: dict[str, Agent] = {}
         if self.snapshot:
-            agents = self.snapshot.agents
-            self.agents = dict(zip(map(_ID, agents), agents, strict=True))
+            listed = self.snapshot.agents
+            agents = dict(zip(map(_ID, listed), listed, strict=True))
         # map and count loop in C: they touch every instance.
-        self.connected = list(map(self.agents.get, map(_ID, instances)))
+        self.connected = list(map(agents.get, map(_ID, instances)))
         # Counted in C by identity: count(None) would call each Agent's __eq__, and a
         # truth test reads each Agent (at 100k agents, cache misses add up).
         matched = sum(map(operator.is_not, self.connected, itertools.repeat(None)))
-        if self.snapshot and len(self.agents) > matched:
-            self._match_hostnames()
+        if self.snapshot and len(agents) > matched:
+            self._match_hostnames(agents)
         states = list(map(_STATE, instances))
         self.kept_count = states.count(InstanceState.STARTING) + states.count(InstanceState.RUNNING)
 
-    def _match_hostnames(self) -> None:
-        """Agents named by an instance's hostname instead of its id: keyed by the id from
-        here on; the ones matching no instance are reported in the plan."""
+    def _match_hostnames(self, agents: dict[str, Agent]) -> None:
+        """Agents named by an instance's hostname instead of its id: connected to that
+        instance; the ones matching no instance are reported in the plan."""
         by_alias = {a: i for i, inst in enumerate(self.fleet.instances) for a in inst.aliases}
         matched = {agent.id for agent in self.connected if agent is not None}
-        for agent_id, agent in list(self.agents.items()):
+        for agent_id, agent in agents.items():
             if agent_id in matched:
                 continue
             index = by_alias.get(agent_id)
             if index is not None and self.connected[index] is None:
-                instance_id = self.fleet.instances[index].id
-                self.connected[index] = self.agents[instance_id] = agent
+                self.connected[index] = agent
             else:
                 self.unmatched.append(agent_id)
 
@@ -696,17 +698,22 @@ def _trim_to_max(ctx: _Context) -> None:
             ctx.terminate(request.instance_id, reason, "over_max")
     excess -= min(excess, len(requests))
     candidates = sorted(
-        (i for i in ctx.fleet.instances if ctx.kept(i)), key=lambda i: _trim_rank(ctx, i)
+        (
+            pair
+            for pair in zip(ctx.fleet.instances, ctx.connected, strict=True)
+            if ctx.kept(pair[0])
+        ),
+        key=lambda pair: _trim_rank(ctx, *pair),
     )
-    for instance in candidates[:excess]:
+    for instance, _ in candidates[:excess]:
         ctx.terminate(instance.id, reason, "over_max")
 
 
-def _trim_rank(ctx: _Context, instance: Instance) -> tuple[int, float]:
-    idle_since = _idle_since(ctx, instance, ctx.agents.get(instance.id))
+def _trim_rank(ctx: _Context, instance: Instance, agent: Agent | None) -> tuple[int, float]:
+    idle_since = _idle_since(ctx, instance, agent)
     if idle_since is not None:
         return (0, idle_since.timestamp())  # oldest idle first
-    if instance.registered_at is None and instance.id not in ctx.agents:
+    if instance.registered_at is None and agent is None:
         return (1, -instance.launched_at.timestamp())
     return (2, -instance.launched_at.timestamp())  # then the newest
 
