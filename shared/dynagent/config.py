@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dynagent.admission import ADMISSION_REGION
+from dynagent.fitting import DEFAULT_MAX_AUX_CONTAINERS
 from dynagent.pools.aws import AwsProvider, CustomTag, NetworkInterface
 from dynagent.pools.common import Duration, ProvisionerFields, StrictModel
 from dynagent.pools.gcp import LABEL_VALUE, GcpProvider
@@ -67,6 +68,10 @@ class Pool(BaseModel):
 
     name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     provider: ProviderConfig
+    # Determined's pool-level max_aux_containers_per_agent (the deprecated
+    # max_cpu_containers_per_agent, when set, replaces it): the zero-slot tasks one agent
+    # runs at most (resource_pool_config.go).
+    max_aux_containers_per_agent: int = Field(default=DEFAULT_MAX_AUX_CONTAINERS, ge=0)
 
     @model_validator(mode="after")
     def _name_fits_labels(self) -> Pool:
@@ -242,9 +247,21 @@ def _parse_pool(entry: Any, index: int, source: str, environ: Mapping[str, str])
         )
     fields = deployment_defaults(provider, environ, f"{source}: {label}")
     try:
-        return Pool.model_validate({"name": name, "provider": fields})
+        return Pool.model_validate({"name": name, "provider": fields, **_aux_containers(entry)})
     except ValidationError as error:
         raise ConfigError(f"{source}: {label}: {_describe(error)}") from None
+
+
+def _aux_containers(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A pool entry's max_aux_containers_per_agent, as Determined reads it
+    (resource_pool_config.go ``UnmarshalJSON``): the deprecated
+    max_cpu_containers_per_agent replaces it when set to anything but -1; null leaves
+    a field unset."""
+    value = entry.get("max_aux_containers_per_agent")
+    legacy = entry.get("max_cpu_containers_per_agent")
+    if legacy is not None and legacy != -1:
+        value = legacy
+    return {} if value is None else {"max_aux_containers_per_agent": value}
 
 
 # Where a pool's unset location comes from: the functions' environment. Determined asks

@@ -17,9 +17,10 @@ from datetime import datetime, timedelta
 from dynagent.boot.master import MasterUrlError, master_address
 from dynagent.config import Pool, ProviderConfig, Settings
 from dynagent.durations import format_duration
+from dynagent.fitting import agents_for_zero_slot, zero_slot_room
 from dynagent.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
 from dynagent.offerings import Catalog, Offering, Shape
-from dynagent.packing import AT_CAP, Demand, Existing, NewMachine, pack
+from dynagent.packing import AT_CAP, AT_MAX, Demand, Existing, NewMachine, pack
 from dynagent.plan import (
     Adoption,
     Cancellation,
@@ -28,6 +29,7 @@ from dynagent.plan import (
     MarkWrite,
     Plan,
     Termination,
+    Unschedulable,
 )
 from dynagent.snapshot import DRAINING_REPORT_LEASE, Agent, PendingTask, Snapshot
 
@@ -82,16 +84,14 @@ class _Context:
     # What the pool may buy now, less what the cloud recently had no capacity for.
     catalog: Catalog = field(init=False)
     shapes: tuple[Shape, ...] = field(init=False)
-    # The pending tasks of no slots, by name: read once, as several rules ask.
-    zero_slot: list[str] = field(init=False)
+    # The pending tasks of no slots: read once, as several rules ask.
+    zero_slot: list[PendingTask] = field(init=False)
 
     def __post_init__(self) -> None:
         self.seen_at = min(self.snapshot.time, self.now) if self.snapshot else self.now
         pending = self.snapshot.pending if self.snapshot else ()
         # map and ``in`` loop in C over what may be thousands of tasks.
-        self.zero_slot = (
-            [t.task for t in pending if t.slots == 0] if 0 in map(_SLOTS, pending) else []
-        )
+        self.zero_slot = [t for t in pending if t.slots == 0] if 0 in map(_SLOTS, pending) else []
         self.catalog = self.pool.provider.catalog(self.fleet.spot_prices, self.fleet.unavailable)
         self.shapes = self.catalog.shapes()
         instances = self.fleet.instances
@@ -248,25 +248,15 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     live = _live_count(ctx)
     existing = _existing(ctx, room)
     pending = ctx.snapshot.pending if ctx.snapshot else ()
-    zero_slot = ctx.zero_slot
-    if zero_slot:
+    if ctx.zero_slot:
         pending = tuple(task for task in pending if task.slots > 0)
     demand = _pack(ctx, pending, existing, live)
     catalog = ctx.catalog
     launches = _for_demand(catalog, demand.new_machines)
     smallest = ctx.smallest
+    launches += _for_zero_slot(ctx, demand, smallest, live, len(launches))
     if smallest is None:
         return tuple(launches), demand
-    # A zero-slot task runs on any agent, busy or not: it needs one only if none takes it.
-    if zero_slot and not launches and provider.max_instances > 0 and not _taking(ctx, live):
-        launches.append(
-            Launch(
-                reason=f"pending zero-slot tasks need an agent: {', '.join(zero_slot)}",
-                tasks=tuple(zero_slot),
-                offerings=catalog.fallbacks(smallest),
-                cause="zero_slot",
-            )
-        )
     below_min = provider.min_instances - live - len(launches)
     launches += [
         Launch(
@@ -277,6 +267,78 @@ def _launches(ctx: _Context, room: list[tuple[str, Existing]]) -> tuple[tuple[La
     ] * max(0, below_min)
     launches += _headroom(ctx, demand, smallest, live + len(launches))
     return tuple(launches), demand
+
+
+def _for_zero_slot(
+    ctx: _Context, demand: Demand, smallest: Shape | None, live: int, planned: int
+) -> list[Launch]:
+    """Agents for the pending zero-slot tasks no agent has room for.
+
+    An agent runs up to max_aux_containers_per_agent zero-slot tasks, busy or not
+    (``fitting.zero_slot_room``): they wait only where every agent that takes tasks is
+    full of them, or the pool has none. For those, Determined's provisioner wants one
+    agent per max_aux_containers_per_agent of them (``scaling.go``
+    ``calculateDesiredNewAgentNum``: ``fitting.agents_for_zero_slot``), of the smallest
+    shape here, within the pool's caps. Machines still booting, open spot requests and
+    the ``planned`` launches of this plan count as agents with all that room. With
+    max_aux_containers_per_agent 0 no agent ever runs one: they are unschedulable.
+    """
+    tasks = ctx.zero_slot
+    if not tasks:
+        return []
+    max_aux = ctx.pool.max_aux_containers_per_agent
+    if max_aux == 0:
+        demand.unschedulable += [
+            Unschedulable(
+                t.task, 0, "max_aux_containers_per_agent is 0: no agent runs a task of no slots"
+            )
+            for t in tasks
+        ]
+        return []
+    left = tasks[_zero_slot_room(ctx, max_aux, len(tasks)) + planned * max_aux :]
+    if not left or smallest is None:
+        return []
+    need = agents_for_zero_slot(len(left), max_aux)
+    budget = demand.budget
+    allowed = (
+        budget.count(smallest.slots)
+        if budget is not None
+        else max(0, ctx.provider.max_instances - live - planned)
+    )
+    count = min(need, allowed)
+    if count < need:
+        why = budget.why(smallest.slots) if budget else f"{AT_MAX} ({ctx.provider.max_instances})"
+        demand.waiting += [(task, why) for task in left[count * max_aux :]]
+    offerings = ctx.catalog.fallbacks(smallest)
+    chunks = [[t.task for t in left[k * max_aux : (k + 1) * max_aux]] for k in range(count)]
+    return [
+        Launch(
+            reason=f"pending zero-slot tasks need an agent: {', '.join(names)}",
+            tasks=tuple(names),
+            offerings=offerings,
+            cause="zero_slot",
+        )
+        for names in chunks
+    ]
+
+
+def _zero_slot_room(ctx: _Context, max_aux: int, wanted: int) -> int:
+    """Zero-slot tasks the machines this plan keeps may take, counted up to ``wanted``:
+    an agent that takes tasks, its room (``fitting.zero_slot_room``; a draining or
+    disabled one has none, ``agent_state.go`` ``numEmptyZeroSlots``); a machine not
+    connected (booting, or away for now) and an open spot request, all of it once up."""
+    drain = ctx.provider.drain_idle_agents
+    room = max_aux * sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
+    for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
+        if room >= wanted:
+            break
+        if not ctx.kept(instance):
+            continue
+        if agent is None:
+            room += max_aux
+        elif _takes_tasks(agent, drain):
+            room += zero_slot_room(agent.tasks, agent.used_slots, max_aux)
+    return room
 
 
 def _for_demand(catalog: Catalog, machines: list[NewMachine]) -> list[Launch]:
@@ -646,7 +708,8 @@ def _reap_idle(
     headroom = _HeadroomGuard(ctx, room)
     ranked = sorted(idle, key=lambda item: (-ctx.price(by_id[item[1]]), item))
     # A pending zero-slot task is the master's to place on any agent: keep one for it.
-    floor = max(provider.min_instances, 1 if ctx.zero_slot else 0)
+    aux = ctx.pool.max_aux_containers_per_agent
+    floor = max(provider.min_instances, agents_for_zero_slot(len(ctx.zero_slot), aux))
     for since, instance_id in ranked:
         if live <= floor:
             break
@@ -736,22 +799,6 @@ def _live_count(ctx: _Context) -> int:
     """Instances and requests that are or will become agents, after this plan's removals."""
     requests = ctx.fleet.spot_requests
     return ctx.kept_count + sum(1 for r in requests if _request_is_capacity(ctx, r))
-
-
-def _taking(ctx: _Context, live: int) -> int:
-    """Of the ``live`` instances and requests, those a task may go to: all but the kept
-    agents that take no task (``_takes_tasks``)."""
-    drain = ctx.provider.drain_idle_agents
-    barred = sum(
-        1
-        for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True)
-        if agent is not None
-        and not _takes_tasks(agent, drain)
-        and instance.live
-        and instance.id not in ctx.terminations
-        and instance.id not in ctx.going
-    )
-    return live - barred
 
 
 def _mark_writes(

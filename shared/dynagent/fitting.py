@@ -12,11 +12,16 @@ two steps (``fitting.go`` ``findFits``):
   ``SingleAgent``): whole unused agents of one size that divides the task, every slot
   of each used, the largest size that has enough of them first.
 
+Zero-slot tasks (commands, TensorBoards, checkpoint GC) take no slot but an auxiliary
+container: an agent runs at most the pool's ``max_aux_containers_per_agent`` of them
+(``fitting_methods.go`` ``maxZeroSlotContainersSatisfied``, ``agent_state.go``
+``numEmptyZeroSlots``), busy or not; ``zero_slot_room`` and ``agents_for_zero_slot``
+count them for the caller.
+
 Simpler than Determined's, on purpose: ties between equally scored agents go to the one
 listed first, where Determined orders them by an md5 distance between the task's and
 the agent's ids (which only chooses among agents the prediction counts alike);
-``allow_heterogeneous_fits`` (off by default) is not modelled; zero-slot tasks are left
-to the caller, which places them on any agent.
+``allow_heterogeneous_fits`` (off by default) is not modelled.
 
 The simulator's master applies the same rules through its own code
 (``simulate.fitting``) on purpose: the simulator is what checks that the machines
@@ -36,6 +41,28 @@ from typing import Literal
 FittingPolicy = Literal["best", "worst"]
 # scheduler_config.go: defaultFitPolicy.
 DEFAULT_FITTING_POLICY: FittingPolicy = "best"
+# resource_pool_config.go defaultRPConfig: MaxAuxContainersPerAgent.
+DEFAULT_MAX_AUX_CONTAINERS = 100
+
+
+def zero_slot_room(tasks: int, used_slots: int, max_aux: int) -> int:
+    """How many more zero-slot tasks an agent that takes tasks may be given, at most:
+    ``max_aux`` less the zero-slot containers it runs (``agent_state.go``
+    ``numEmptyZeroSlots``; a draining or disabled agent has none, which the caller
+    knows).
+
+    A snapshot counts an agent's ``tasks`` without saying which use no slot. Each task
+    that uses slots uses one at least, so at least ``tasks - used_slots`` of them are
+    zero-slot, and the room is counted with that many: no machine is launched for a task
+    an agent may still take."""
+    return max(0, max_aux - max(0, tasks - used_slots))
+
+
+def agents_for_zero_slot(tasks: int, max_aux: int) -> int:
+    """New agents for ``tasks`` zero-slot tasks no agent has room for: ``max_aux`` on each
+    (``scaling.go`` ``calculateDesiredNewAgentNum``, ``numAgentByZeroSlot``), none when
+    ``max_aux`` is 0, as no agent would ever take them."""
+    return -(-tasks // max_aux) if max_aux > 0 else 0
 
 
 class AgentFit:

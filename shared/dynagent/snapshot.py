@@ -42,8 +42,9 @@ class _Wire(BaseModel):
 class PendingTask:
     """A task the master could not place, and the slots (GPUs) it asks for.
 
-    A task of 0 slots (a command, a checkpoint GC) runs on any agent, busy or not: it is
-    demand for one agent only where the pool has none.
+    A task of 0 slots (a command, a TensorBoard, a checkpoint GC) runs on any agent, busy
+    or not, that runs fewer than the pool's max_aux_containers_per_agent of them: it is
+    demand for an agent only where no agent has room for it (``fitting.zero_slot_room``).
 
     Optional within version 1 (left out, they mean what a publisher that does not know
     them would mean):

@@ -50,7 +50,13 @@ def baseline_pool(pool: Pool) -> Pool:
     fields = pool.provider.model_dump()
     fields["offerings"] = None
     try:
-        return Pool.model_validate({"name": pool.name, "provider": fields})
+        return Pool.model_validate(
+            {
+                "name": pool.name,
+                "provider": fields,
+                "max_aux_containers_per_agent": pool.max_aux_containers_per_agent,
+            }
+        )
     except ValidationError as error:
         problems = "; ".join(item["msg"].removeprefix("Value error, ") for item in error.errors())
         raise ConfigError(

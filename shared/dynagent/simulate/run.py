@@ -142,6 +142,7 @@ class Simulation:
             self.events,
             free_slots_matter=policy == "dynagent" and provider.warm_headroom_slots > 0,
             fitting_policy=options.fitting_policy,
+            max_aux=pool.max_aux_containers_per_agent,
         )
         self.policy = make_policy(policy, pool, settings, self.cloud, self.master, options)
         self.series = Series()
