@@ -4,6 +4,7 @@ launches are dry runs."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,20 +53,30 @@ def check(
         findings += guarded(
             "aws.spot_role", what, lambda: [spot.service_linked_role(clients("iam", stack_region))]
         )
+    # The stack's resources, read once for the two checks that need them (an error is not
+    # cached: each check then says it could not be checked).
+    deployed: Callable[[], stack.Stack | Finding] | None = None
+    if stack_name is not None:
+        name = stack_name
+        deployed = functools.cache(
+            lambda: stack.find(clients("cloudformation", stack_region), name, stack_region)
+        )
     what = f"Lambda concurrency in {stack_region}"
     findings += guarded(
-        "aws.lambda_concurrency", what, lambda: [_concurrency(clients, stack_name, stack_region)]
+        "aws.lambda_concurrency", what, lambda: [_concurrency(clients, deployed, stack_region)]
     )
-    findings += _stack(pools, clients, stack_name, stack_region)
+    findings += _stack(pools, clients, stack_name, deployed, stack_region)
     return findings
 
 
-def _concurrency(clients: AwsClients, name: str | None, region: str) -> Finding:
+def _concurrency(
+    clients: AwsClients, deployed: Callable[[], stack.Stack | Finding] | None, region: str
+) -> Finding:
     """The functions run in the stack's region; a deployed stack's may hold theirs."""
     lambda_client = clients("lambda", region)
     holding = 0
-    if name is not None:
-        found = stack.find(clients("cloudformation", region), name, region)
+    if deployed is not None:
+        found = deployed()
         if not isinstance(found, Finding):  # a missing stack is the stack check's to say
             holding = concurrency.held(lambda_client, found.resources)
     return concurrency.concurrency(lambda_client, region, holding)
@@ -96,9 +107,13 @@ def _pool(config: Config, pool: Pool, view: Ec2View, clients: AwsClients) -> lis
 
 
 def _stack(
-    pools: Sequence[Pool], clients: AwsClients, name: str | None, region: str
+    pools: Sequence[Pool],
+    clients: AwsClients,
+    name: str | None,
+    deployed: Callable[[], stack.Stack | Finding] | None,
+    region: str,
 ) -> list[Finding]:
-    if name is None:
+    if name is None or deployed is None:
         return [
             unknown(
                 "aws.stack",
@@ -109,7 +124,7 @@ def _stack(
         ]
 
     def run() -> list[Finding]:
-        found = stack.find(clients("cloudformation", region), name, region)
+        found = deployed()
         if isinstance(found, Finding):
             return [found]
         iam = clients("iam", region)
