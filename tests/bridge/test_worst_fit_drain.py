@@ -54,9 +54,8 @@ def test_an_idle_agent_is_the_spare_room_and_keeps_the_idle_period_rule() -> Non
     assert drained(read) == ["a", "b"]
 
 
-def test_nothing_is_drained_under_best_fit_while_tasks_wait_or_below_min_instances() -> None:
+def test_nothing_is_drained_while_tasks_wait_or_below_min_instances() -> None:
     spread = [agent(f"a{k}", 1) for k in range(4)]
-    assert drained(reading(*spread, policy="best")) == []
     assert drained(reading(*spread, pending=1)) == []
     assert drained(reading(*spread), pool(instance_type="p3.16xlarge")) == []  # no drain
     floor = pool(instance_type="p3.16xlarge", drain_idle_agents=True, min_instances=3)

@@ -40,7 +40,9 @@ def test_within_one_idle_period_of_the_fall_worst_fit_keeps_what_best_fit_keeps(
     best, worst = replay("best", drain=True), replay("worst", drain=True)
     settled = FALL + IDLE + 60  # a heartbeat and a sweep past the idle period
 
-    assert fleet_slots_at(best, settled) == 16
+    # The drains consolidate under best fit too: one machine holds the trickle, where
+    # without them a second stays up (see below).
+    assert fleet_slots_at(best, settled) == 8
     assert fleet_slots_at(worst, settled) <= fleet_slots_at(best, settled)
     assert fleet_slots_at(worst, FALL + 2 * 3600) == fleet_slots_at(best, FALL + 2 * 3600) == 8
     assert worst.billed_instance_seconds <= best.billed_instance_seconds
@@ -64,3 +66,26 @@ def test_the_fast_path_matches_the_exhaustive_run_with_the_bridge_draining(polic
     slow = run(jobs, "dynagent", shape, RunOptions(exhaustive=True, **options))
     assert _facts(fast) == _facts(slow)
     assert fast.decisions < slow.decisions
+
+
+# Three machines full of 1-GPU tasks ending over an hour, an 8-GPU task behind them, and
+# a 1-GPU task of 10 minutes every 2 minutes: worst fit puts each on the emptiest agent.
+GANG_AT_THE_CAP = trace(
+    *[(0, 1800 + 150 * k, 1) for k in range(24)],
+    (60, 3600, 8),
+    *[(300 + 120 * k, 600, 1) for k in range(90)],
+)
+
+
+def test_at_max_instances_worst_fit_holds_the_emptiest_agent_for_the_waiting_gang() -> None:
+    def gang_wait(policy: str, drain: bool) -> int:
+        shape = pool(max_instances=3, drain_idle_agents=drain)
+        options = RunOptions(boot=UNIFORM, fitting_policy=policy)
+        return max(run(GANG_AT_THE_CAP, "dynagent", shape, options).waits)
+
+    # Without a hold the trickle keeps every agent busy until it stops (3 h 8 m).
+    assert gang_wait("worst", drain=False) == 11_280
+    # Held, the agent nearest to empty takes no small task and the gang starts there,
+    # close to when best fit (which fills that agent last) starts it.
+    assert gang_wait("worst", drain=True) == 5_370
+    assert gang_wait("best", drain=False) == gang_wait("best", drain=True) == 4_560

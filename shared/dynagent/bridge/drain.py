@@ -12,13 +12,23 @@ process: after a restart, idle periods start over, and an agent the master lists
 draining is claimed by draining it again, which the master refuses (HTTP 500) for one
 that is only reconnecting. A reconnecting agent is never reported as draining.
 
-Under the master's worst fit, busy agents are drained too. Worst fit puts each new task
-on the emptiest agent, so a few tasks keep many agents busy and none ever goes idle
-(ten 1-GPU tasks hold ten 8-GPU agents where best fit uses two). So while no task
-waits, the agents best fit would keep filling stay enabled: the fullest first, until
-their free slots hold one largest machine's worth; the emptier busy agents are drained,
-take no new task, and are terminated once their last task ends. Idle agents keep the
-idle-period rule above.
+Busy agents are drained too, to consolidate: while no task waits, the agents the
+master fills first stay enabled, the fullest first, until their free slots hold one
+largest machine's worth; the emptier busy agents are drained, take no new task, and are
+terminated once their last task ends. Under worst fit this is what lets the fleet shrink
+at all: each new task goes to the emptiest agent, so a few tasks keep many agents busy
+and none ever goes idle (ten 1-GPU tasks hold ten 8-GPU agents where best fit uses
+two). Under best fit the master fills the fullest agents first anyway, but once they
+are full it places on the emptier ones and keeps them busy too; drained, they end with
+their last task, without an idle period. Idle agents keep the idle-period rule above.
+
+Under worst fit, at ``max_instances`` (nothing can be launched), a waiting task that
+fits in no enabled agent's free slots while slots are free (a gang of a whole machine,
+behind small tasks that land wherever a slot frees) gets one agent drained for it: the
+busy one with the fewest slots in use, which worst fit would fill first. Its free slots
+were of no use to any waiting task; now new tasks land on fuller agents, and it is
+enabled again the moment a waiting task fits on it (empty, for the gang; or a smaller
+task that fits nowhere else). Best fit needs no such hold: it fills that agent last.
 
 One Drainer per pool: each pass forgets the agents its reading no longer lists.
 """
@@ -64,7 +74,8 @@ class Drainer:
             return enables
         drains = self._drains(pool, reading, now)
         draining = {action.agent_id for action in drains}
-        return self._claims(reading) + drains + _surplus(pool, reading, draining)
+        surplus = _surplus(pool, reading, draining)
+        return self._claims(reading) + drains + surplus + self._reserve(pool, reading)
 
     def done(self, action: DrainAction) -> None:
         """The master carried ``action`` out: the agent is ours to report, or no more."""
@@ -126,6 +137,42 @@ class Drainer:
             if a.draining and not a.enabled and a.id not in self.drained and a.idle
         ]
 
+    def _reserve(self, pool: Pool, reading: PoolReading) -> list[DrainAction]:
+        """Under worst fit at max_instances, one agent drained for a waiting task that fits
+        in no enabled agent's free slots while some are free: the busy one with the
+        fewest slots in use that can hold it. None while an agent this bridge drained is
+        still busy and can hold it: it is on its way to empty already."""
+        if reading.fitting_policy != "worst" or not reading.pending:
+            return []
+        if len(reading.agents) < pool.provider.max_instances:
+            return []
+        enabled = [a for a in reading.agents if a.enabled and not a.draining]
+        free = max((a.slots - a.used_slots for a in enabled), default=0)
+        if free == 0:
+            return []  # nothing is wasted: every waiting task has a slot coming
+        largest = max(a.slots for a in reading.agents)
+        waiting = [t.slots for t in reading.pending if t.slots > 0]
+        if not waiting or min(waiting) <= free:
+            return []  # a waiting task fits: the master places it
+        needs = min((slots for slots in waiting if slots <= largest), default=None)
+        if needs is None:
+            return []  # only gangs over several agents wait: whole agents, not one
+        if any(
+            a.id in self.drained and a.draining and not a.idle and a.slots >= needs
+            for a in reading.agents
+        ):
+            return []
+        candidates = [a for a in enabled if not a.idle and a.slots >= needs]
+        if not candidates:
+            return []
+        agent = min(candidates, key=lambda a: (a.used_slots, a.id))
+        reason = (
+            f"at max_instances ({pool.provider.max_instances}) a {needs}-slot task fits in "
+            f"no agent's free slots: this one, {agent.used_slots} of {agent.slots} in use, "
+            "takes no new task until it does"
+        )
+        return [DrainAction(agent.id, False, reason)]
+
     def _drains(self, pool: Pool, reading: PoolReading, now: datetime) -> list[DrainAction]:
         if reading.pending:
             return []  # the master may place a waiting task on any idle agent
@@ -149,11 +196,11 @@ class Drainer:
 
 
 def _surplus(pool: Pool, reading: PoolReading, draining: set[str]) -> list[DrainAction]:
-    """Under worst fit, the busy agents best fit would leave to empty: what is left once
-    the fullest agents' free slots hold one machine of the largest size (idle agents'
-    free slots count first: best fit fills them last). ``fitting_methods.go``: best fit
-    scores an agent 1 / (1 + free), worst fit free / slots."""
-    if reading.fitting_policy != "worst" or reading.pending:
+    """The busy agents to let empty: what is left once the fullest agents' free slots
+    hold one machine of the largest size (idle agents' free slots count first: best fit
+    fills them last). The fullest first is best fit's order, ``fitting_methods.go``:
+    best fit scores an agent 1 / (1 + free), worst fit free / slots."""
+    if reading.pending:
         return []
     enabled = [a for a in reading.agents if a.enabled and not a.draining and a.id not in draining]
     largest = max((a.slots for a in reading.agents), default=0)
@@ -169,8 +216,8 @@ def _surplus(pool: Pool, reading: PoolReading, draining: set[str]) -> list[Drain
             kept += 1
             continue
         reason = (
-            f"worst fit would keep it busy: best fit leaves it to empty ({spare} free slots "
-            "on fuller agents)"
+            f"consolidating: {spare} free slots on fuller agents take new tasks; it takes "
+            "none and goes when its last task ends"
         )
         actions.append(DrainAction(agent.id, False, reason))
     return actions
