@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import api_calls
+import cap
 import cold_start
 import handler_cpu
 import machine
@@ -25,6 +26,7 @@ BENCHMARKS = (
     ("api_calls", "cloud API calls per reconcile (local AWS)", api_calls.run),
     ("cold_start", "cold start: function module imports", cold_start.run),
     ("simulator", "simulator: every shared trace", simulator.run),
+    ("cap", "a pool at its cap: cluster05 on g5 1/4/8, max_instances 10", cap.run),
 )
 
 
