@@ -47,16 +47,17 @@ def run() -> dict[str, Any]:
         print(f"  no {path}: skipped")
         return {"skipped": f"no {path}"}
     trace = load_trace(path)
+    configs = {name: parse_config(POOL_YAML % drains) for name, drains in RUNS}
+    capped = configs["dynagent"].pool("capped")
+    limit = limit_gpu_seconds(trace, pool_sizes(capped), capped.provider.max_instances)
     seeds: dict[str, dict[str, Any]] = {}
     for seed in SEEDS:
         options = RunOptions(boot=dataclasses.replace(BootModel(), seed=seed))
         found: dict[str, Any] = {}
-        for name, drains in RUNS:
-            config = parse_config(POOL_YAML % drains)
-            pool = config.pool("capped")
-            limit = limit_gpu_seconds(trace, pool_sizes(pool), pool.provider.max_instances)
+        for name, config in configs.items():
             policy = "determined" if name == "determined" else "dynagent"
-            column = summarise(simulate(trace, pool, config.settings, policy, options), limit)
+            ran = simulate(trace, config.pool("capped"), config.settings, policy, options)
+            column = summarise(ran, limit)
             found[name] = {"cost": round(column.cost), "wait_p95_s": column.wait_p95}
         seeds[str(seed)] = found
         ours, theirs = found["dynagent_drains"], found["determined"]

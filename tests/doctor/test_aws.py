@@ -39,6 +39,13 @@ def account(aws: LocalAws) -> Account:
     return well_formed(aws)
 
 
+@pytest.fixture
+def account_env(account: Account, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's environment pointed at the account, as the AWS CLI's would be."""
+    for name, value in account.aws.env().items():
+        monkeypatch.setenv(name, value)
+
+
 def run(
     account: Account, config: Config | None = None, stack: str | None = None, clients: Any = None
 ) -> list[Finding]:
@@ -67,10 +74,8 @@ def write_config(account: Account, tmp_path: Path, *pools: dict[str, Any]) -> st
 
 
 def test_a_well_formed_account_passes_every_check(
-    account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    account: Account, account_env: None, tmp_path: Path, capsys: Any
 ) -> None:
-    for name, value in account.aws.env().items():
-        monkeypatch.setenv(name, value)
     code = main(["doctor", "--config", write_config(account, tmp_path), "--stack", STACK])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
@@ -93,10 +98,8 @@ def test_a_well_formed_account_passes_every_check(
 
 
 def test_json_names_each_check_and_says_nothing_failed(
-    account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    account: Account, account_env: None, tmp_path: Path, capsys: Any
 ) -> None:
-    for name, value in account.aws.env().items():
-        monkeypatch.setenv(name, value)
     config = write_config(account, tmp_path, account.pool("big"))
     assert main(["doctor", "--config", config, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -145,10 +148,8 @@ def test_a_missing_ami_fails_naming_the_region(account: Account) -> None:
 
 
 def test_a_missing_ami_is_one_failure_not_one_per_offering(
-    account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    account: Account, account_env: None, tmp_path: Path, capsys: Any
 ) -> None:
-    for name, value in account.aws.env().items():
-        monkeypatch.setenv(name, value)
     train = account.pool("train")
     train["provider"]["image_id"] = "ami-0123456789abcdef0"
     assert main(["doctor", "--config", write_config(account, tmp_path, train)]) == 1
@@ -482,10 +483,8 @@ def test_a_missing_stack_or_queue_fails(account: Account) -> None:
 
 
 def test_a_failed_check_makes_the_command_exit_1(
-    account: Account, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    account: Account, account_env: None, tmp_path: Path, capsys: Any
 ) -> None:
-    for name, value in account.aws.env().items():
-        monkeypatch.setenv(name, value)
     big = account.pool("big")
     big["provider"]["image_id"] = "ami-0123456789abcdef0"
     assert main(["doctor", "--config", write_config(account, tmp_path, big)]) == 1
