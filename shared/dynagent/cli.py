@@ -159,15 +159,21 @@ def describe_config(config: Config) -> list[str]:
     lines = []
     for pool in config.pools.values():
         p = pool.provider
+        slots = _count(p.slots_per_instance, "slot")
+        # A pool with offerings counts no machines unless offerings.max_machines says so.
+        size = (
+            f"up to {slots} a machine, at least {p.min_instances} instances"
+            if p.offerings is not None
+            else f"{slots} each, {p.min_instances}..{p.max_instances} instances"
+        )
         lines.append(
-            f"pool {pool.name}: {p.type} {p.shape}, {_count(p.slots_per_instance, 'slot')} "
-            + ("at most, " if p.offerings is not None else "each, ")
-            + f"{p.min_instances}..{p.max_instances} instances, "
+            f"pool {pool.name}: {p.type} {p.shape}, {size}, "
             f"idle {format_duration(p.max_idle_agent_period)}, "
             f"starting {format_duration(p.max_agent_starting_period)}, "
             f"disconnected {format_duration(p.max_disconnected_period)}"
             + (", spot" if p.spot else "")
         )
+        lines.append(f"  caps: {_caps(p)}")
         if p.offerings is not None:
             lines += [f"  offers {line}" for line in _offerings(p.catalog())]
             lines += [f"  {note}" for note in _price_source(p)]
@@ -193,6 +199,26 @@ def describe_config(config: Config) -> list[str]:
         for name in config.static_pools
     ]
     return lines
+
+
+def _caps(p: ProviderConfig) -> str:
+    """The caps the pool derived, in slots (GPUs) and in machines, and where from."""
+    machines, cap = p.machine_cap, p.slot_cap
+    if p.offerings is None or cap is None:
+        each, count = p.slots_per_instance, p.max_instances
+        total = _count(count * each, "slot")
+        return f"{_count(count, 'machine')} (max_instances) of {_count(each, 'slot')}: {total}"
+    if p.offerings.max_slots is not None:
+        source = "offerings.max_slots"
+    else:
+        each = cap // p.max_instances if p.max_instances else 0
+        source = f"max_instances {p.max_instances} x the {each} of instance_type"
+    limit = (
+        f"at most {_count(machines, 'machine')} (offerings.max_machines)"
+        if machines is not None
+        else "machines of any size within it"
+    )
+    return f"{_count(cap, 'slot')} ({source}), {limit}"
 
 
 def _offerings(catalog: Catalog) -> list[str]:

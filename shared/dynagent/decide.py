@@ -51,6 +51,8 @@ UNFULFILLABLE_SPOT_STATUSES = frozenset(
 # running well past that was not reclaimed after all: it counts as the pool's again
 # (its replacement is reaped by the usual rules if nothing needs it).
 INTERRUPTION_GRACE = timedelta(minutes=10)
+# Machines the zero-slot rule may want when no cap counts them.
+_NO_ROOM_LIMIT = 1 << 62
 
 
 @dataclass
@@ -300,14 +302,12 @@ def _for_zero_slot(
         return []
     need = agents_for_zero_slot(len(left), max_aux)
     budget = demand.budget
-    allowed = (
-        budget.count(smallest.slots)
-        if budget is not None
-        else max(0, ctx.provider.max_instances - live - planned)
-    )
+    cap = ctx.provider.machine_cap
+    room = _NO_ROOM_LIMIT if cap is None else max(0, cap - live - planned)
+    allowed = budget.count(smallest.slots) if budget is not None else room
     count = min(need, allowed)
     if count < need:
-        why = budget.why(smallest.slots) if budget else f"{AT_MAX} ({ctx.provider.max_instances})"
+        why = budget.why(smallest.slots) if budget else f"{AT_MAX} ({cap})"
         demand.waiting += [(task, why) for task in left[count * max_aux :]]
     offerings = ctx.catalog.fallbacks(smallest)
     chunks = [[t.task for t in left[k * max_aux : (k + 1) * max_aux]] for k in range(count)]
@@ -361,13 +361,13 @@ def _pack(
 ) -> Demand:
     """Where the master will put ``pending`` (``packing.pack``), within the pool's caps."""
     provider = ctx.provider
-    cap = provider.slot_cap
+    cap, machines = provider.slot_cap, provider.machine_cap
     return pack(
         pending,
         ctx.shapes,
         existing,
-        room=max(0, provider.max_instances - live),
-        max_instances=provider.max_instances,
+        room=None if machines is None else max(0, machines - live),
+        max_machines=machines,
         largest_slots=provider.slots_per_instance,
         slot_room=_slot_room(ctx),
         max_slots=cap,
@@ -376,9 +376,10 @@ def _pack(
     )
 
 
-def _slot_room(ctx: _Context) -> int | None:
+def _slot_room(ctx: _Context, floor: bool = True) -> int | None:
     """Slots the pool may still launch under its cap in slots (None: it has none): the
-    cap, less the slots of the instances and spot requests this plan keeps."""
+    cap, less the slots of the instances and spot requests this plan keeps (below 0
+    when they are over it, unless ``floor``)."""
     cap = ctx.provider.slot_cap
     if cap is None:
         return None
@@ -388,7 +389,8 @@ def _slot_room(ctx: _Context) -> int | None:
         if ctx.kept(instance)
     )
     requests = sum(1 for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r))
-    return max(0, cap - used - requests * ctx.provider.slots_per_instance)
+    room = cap - used - requests * ctx.provider.slots_per_instance
+    return max(0, room) if floor else room
 
 
 def _existing(ctx: _Context, room: list[tuple[str, Existing]]) -> list[Existing]:
@@ -418,7 +420,8 @@ def _headroom(ctx: _Context, demand: Demand, smallest: Shape, live: int) -> list
         m.shape.slots - m.used for m in demand.new_machines if m.shape.slots == smallest.slots
     )
     missing = -(-(wanted - free) // smallest.slots)
-    count = min(missing, provider.max_instances - live)
+    cap = provider.machine_cap
+    count = missing if cap is None else min(missing, cap - live)
     if demand.budget is not None and provider.slot_cap is not None:
         count = min(count, demand.budget.count(smallest.slots))
     if count <= 0:
@@ -745,21 +748,32 @@ class _HeadroomGuard:
 
 
 def _trim_to_max(ctx: _Context) -> None:
-    """Over max_instances: open requests first, then idle, never-registered, newest."""
-    limit = ctx.provider.max_instances
-    excess = _live_count(ctx) - limit
-    if excess <= 0:
+    """Over the pool's caps (``max_instances``; with offerings ``max_slots`` and any
+    ``max_machines``): open requests first, then idle, never-registered, newest."""
+    provider = ctx.provider
+    machines, cap = provider.machine_cap, provider.slot_cap
+    excess = 0 if machines is None else _live_count(ctx) - machines
+    slot_room = _slot_room(ctx, floor=False)
+    over = 0 if slot_room is None else -slot_room
+    if excess <= 0 and over <= 0:
         return
-    reason = f"over max_instances ({limit})"
+    if provider.offerings is None:
+        reason = f"over max_instances ({machines})"
+    elif excess > 0:
+        reason = f"over offerings.max_machines ({machines})"
+    else:
+        reason = f"over max_slots ({cap})"
     requests = sorted(
         (r for r in ctx.fleet.spot_requests if _request_is_capacity(ctx, r)),
         key=lambda r: (r.state is RequestState.ACTIVE, -r.created_at.timestamp()),
     )
-    for request in requests[:excess]:
+    for request in requests:
+        if excess <= 0 and over <= 0:
+            return
         ctx.cancel(request.id, reason)
         if request.state is RequestState.ACTIVE and request.instance_id:
             ctx.terminate(request.instance_id, reason, "over_max")
-    excess -= min(excess, len(requests))
+        excess, over = excess - 1, over - provider.slots_per_instance
     candidates = sorted(
         (
             pair
@@ -768,8 +782,11 @@ def _trim_to_max(ctx: _Context) -> None:
         ),
         key=lambda pair: _trim_rank(ctx, *pair),
     )
-    for instance, _ in candidates[:excess]:
+    for instance, agent in candidates:
+        if excess <= 0 and over <= 0:
+            return
         ctx.terminate(instance.id, reason, "over_max")
+        excess, over = excess - 1, over - ctx.slots(instance, agent)
 
 
 def _trim_rank(ctx: _Context, instance: Instance, agent: Agent | None) -> tuple[int, float]:

@@ -103,12 +103,11 @@ def plan_interruption(
     key = empty.launch_key
     need = _need(pool, fleet, instance, now, pending_slots) if notice.kind == INTERRUPTION else None
     if need is not None:
-        provider = pool.provider
-        room = provider.max_instances - _counted(fleet, instance)
-        if room <= 0:
-            waiting = (
-                f"replacement for {instance.id}: at max_instances ({provider.max_instances})",
-            )
+        cap = pool.provider.machine_cap
+        room = None if cap is None else cap - _counted(fleet, instance)
+        if room is not None and room <= 0:
+            name = "max_instances" if pool.provider.offerings is None else "offerings.max_machines"
+            waiting = (f"replacement for {instance.id}: at {name} ({cap})",)
         else:
             reason = f"replaces {instance.id}, which the cloud reclaims: {need}"
             launches, waiting, covered = _replacement(pool, fleet, instance, reason, room)
@@ -156,7 +155,7 @@ def _counted(fleet: Fleet, interrupted: Instance) -> int:
 
 
 def _replacement(
-    pool: Pool, fleet: Fleet, instance: Instance, reason: str, room: int
+    pool: Pool, fleet: Fleet, instance: Instance, reason: str, room: int | None
 ) -> tuple[tuple[Launch, ...], tuple[str, ...], bool]:
     """The launches that replace ``instance``, at most ``room`` machines, why any of it
     must wait, and whether they are a cover (its type had no offering left)."""
@@ -174,7 +173,10 @@ def _replacement(
     if largest <= 0:
         return (), (f"replacement for {instance.id}: no offering has capacity now",), True
     task = PendingTask(f"replacement for {instance.id}", slots)
-    cover = pack((task,), shapes, (), room, pool.provider.max_instances, largest)
+    provider = pool.provider
+    cover = pack(
+        (task,), shapes, (), room, provider.machine_cap, largest, max_slots=provider.slot_cap
+    )
     launches = tuple(
         Launch(
             reason=f"{reason}; {instance_type} has no capacity: {machine.shape.instance_type}",

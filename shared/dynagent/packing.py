@@ -21,9 +21,10 @@ the master runs on every tick:
   counts unused agents before new ones: with staggered boots its own first machines
   register while the rest boot, and a new machine for each would idle once it starts.
 
-New machines stay within the pool's caps: ``max_instances`` machines and, with
-``offerings``, ``max_slots`` slots. Near the machine cap the shape holds the most: the
-cheapest per slot is chosen only while the room left holds what waits on it.
+New machines stay within the pool's caps: ``max_instances`` machines for a pool of one
+shape; with ``offerings``, ``max_slots`` slots and, where the admin sets it,
+``max_machines`` machines (``Budget``). Near a cap in machines the shape holds the most:
+the cheapest per slot is chosen only while the room left holds what waits on it.
 
 First-fit-decreasing is the same as filling one machine at a time with the largest
 tasks that still fit it, which is how it is done here: tasks are counted by size, so
@@ -49,7 +50,10 @@ _TASK = operator.attrgetter("task")
 # How a reason for waiting demand starts when only a cap of the pool holds it back.
 AT_MAX = "pool is at max_instances"
 AT_MAX_SLOTS = "pool is at max_slots"
-AT_CAP = (AT_MAX, AT_MAX_SLOTS)
+AT_MAX_MACHINES = "pool is at max_machines"
+AT_CAP = (AT_MAX, AT_MAX_SLOTS, AT_MAX_MACHINES)
+# What a count of machines comes to when nothing caps it.
+_NO_CAP = 1 << 62
 # scheduler_config.go: DefaultSchedulingPriority, the level of a task without one.
 DEFAULT_PRIORITY = 42
 
@@ -150,45 +154,72 @@ class _Queue:
 
 @dataclass
 class Budget:
-    """New machines still allowed under the pool's caps: ``machines`` more, and ``slots``
-    more in all (None: no cap in slots, a pool of one shape).
+    """New machines still allowed under the pool's caps: ``machines`` more (None: no cap
+    in machines, a pool with offerings by default), and ``slots`` more in all (None: no
+    cap in slots, a pool of one shape).
 
-    With a cap in slots, max_instances must never bind first: a machine smaller than
-    the ``largest`` is allowed only while the machines left could still, at the largest
-    size, reach the cap in slots. Otherwise cheap small machines fill max_instances and
-    large tasks wait with most of the cap unused (replaying cluster05 on 1-, 4- and
-    8-GPU machines, max_instances 10: a p95 wait of 205 h against Determined's 4 h).
+    Below the cap in slots, any shape is allowed: the cheapest cover is bought. Once a
+    task waits at that cap, the room left is held for it: no machine is launched for a
+    smaller task after it in the pass, so the slots that idle machines free as they are
+    reaped go to the shape that holds the large task, not back to small machines
+    (replaying cluster05 on 1-, 4- and 8-GPU machines with a cap of 80 slots and no such
+    hold: a p95 wait of 209 h against Determined's 4 h).
+
+    With both caps (``offerings.max_machines`` set), the cap in machines must never bind
+    first: a machine smaller than the ``largest`` is allowed only while the machines left
+    could still, at the largest size, reach the cap in slots.
     """
 
-    machines: int
+    machines: int | None
     slots: int | None
-    max_instances: int
+    max_machines: int | None
     max_slots: int | None
     largest: int
+    # The task the room is held for, once one waits at the cap in slots.
+    held_for: str | None = None
 
     def count(self, size: int) -> int:
         """How many more machines of ``size`` slots the caps allow."""
+        machines = self.machines
         if self.slots is None or size <= 0:
-            return max(0, self.machines)
-        allowed = min(self.machines, self.slots // size)
-        if size < self.largest:
-            slack = self.machines * self.largest - self.slots
-            allowed = min(allowed, slack // (self.largest - size))
+            return max(0, machines) if machines is not None else _NO_CAP
+        if self.held_for is not None:
+            return 0
+        allowed = self.slots // size
+        if machines is not None:
+            allowed = min(allowed, machines)
+            if size < self.largest:
+                slack = machines * self.largest - self.slots
+                allowed = min(allowed, slack // (self.largest - size))
         return max(0, allowed)
 
     def spend(self, size: int, count: int = 1) -> None:
-        self.machines -= count
+        if self.machines is not None:
+            self.machines -= count
         if self.slots is not None:
             self.slots -= size * count
 
+    def hold(self, task: str, slots: int) -> None:
+        """A task of ``slots`` waits at the cap in slots: hold the room left for it."""
+        if self.held_for is None and self.slots is not None and self.slots < slots:
+            self.held_for = f"{task} ({slots} slots)"
+
     def why(self, size: int) -> str:
         """Why no machine of ``size`` slots may be launched now."""
-        if self.machines <= 0 or self.slots is None:
-            return f"{AT_MAX} ({self.max_instances})"
-        if size < self.largest and self.slots >= size:
+        machines = self.machines
+        if self.slots is None:
+            return f"{AT_MAX} ({self.max_machines})"
+        if machines is not None and machines <= 0:
+            return f"{AT_MAX_MACHINES} ({self.max_machines})"
+        if self.held_for is not None and self.slots >= size:
             return (
-                f"{AT_MAX} ({self.max_instances}) for machines of {size} slots: the machines "
-                f"left must be able to reach max_slots ({self.max_slots})"
+                f"{AT_MAX_SLOTS} ({self.max_slots}): the room left is held for "
+                f"{self.held_for}, which waits for it"
+            )
+        if machines is not None and size < self.largest and self.slots >= size:
+            return (
+                f"{AT_MAX_MACHINES} ({self.max_machines}) for machines of {size} slots: the "
+                f"machines left must be able to reach max_slots ({self.max_slots})"
             )
         return f"{AT_MAX_SLOTS} ({self.max_slots})"
 
@@ -197,8 +228,8 @@ def pack(
     pending: tuple[PendingTask, ...],
     shapes: Sequence[Shape],
     existing: Sequence[Existing],
-    room: int,
-    max_instances: int,
+    room: int | None,
+    max_machines: int | None,
     largest_slots: int | None = None,
     *,
     slot_room: int | None = None,
@@ -207,8 +238,9 @@ def pack(
     fitting_policy: FittingPolicy | None = None,
 ) -> Demand:
     """Place ``pending`` as the master will: on registered agents, on ``existing``
-    machines still booting, then on at most ``room`` new ones of at most ``slot_room``
-    slots in all (None: no cap in slots).
+    machines still booting, then on at most ``room`` new ones (None: no cap in machines)
+    of at most ``slot_room`` slots in all (None: no cap in slots); ``max_machines`` and
+    ``max_slots`` are the pool's caps, which no task may need more than.
 
     ``shapes`` are what may be launched now; ``sizes`` the slots of every machine the
     pool has at all (default: the shapes'), which decide whether a task can ever run;
@@ -230,7 +262,7 @@ def pack(
         existing,
         free,
         AgentFit([m.slots for m in existing], free, registered, policy),
-        Budget(room, slot_room, max_instances, max_slots, largest),
+        Budget(room, slot_room, max_machines, max_slots, largest),
         largest,
         sorted({*sizes, *map(_SLOTS, shapes), largest} - {0}, reverse=True),
     )
@@ -363,12 +395,16 @@ class _Placement:
         waits a second boot). With them, the agent is most likely one of the gang's own
         that registered first; if a small task takes it, the next pass launches one."""
         demand, budget = self.demand, self.budget
-        limit = budget.max_instances
-        dividing = [s for s in self.sizes if task.slots % s == 0 and task.slots // s <= limit]
-        if not dividing:
-            problem = _gang_problem(task, self.sizes, limit)
+        problem = _gang_problem(task, self.sizes, budget.max_machines, budget.max_slots)
+        if problem is not None:
             demand.unschedulable.append(Unschedulable(task.task, task.slots, problem))
             return
+        limit = budget.max_machines
+        dividing = [
+            s
+            for s in self.sizes
+            if task.slots % s == 0 and (limit is None or task.slots // s <= limit)
+        ]
         for size in dividing:
             need = task.slots // size
             booting = [i for i in self.empty.get(size, ()) if self.free[i] == size][:need]
@@ -389,6 +425,8 @@ class _Placement:
                 if launchable
                 else f"no machine of a size dividing its {task.slots} slots has capacity now"
             )
+            if launchable:
+                budget.hold(task.task, task.slots)
             demand.waiting.append((task, why))
             return
         for index in booting:
@@ -407,14 +445,20 @@ def _open_machines(demand: Demand, queue: _Queue, shapes: Sequence[Shape], budge
         top = queue.sizes()[0]
         fitting = [s for s in shapes if s.slots >= top and budget.count(s.slots)]
         if not fitting:
-            # Smaller tasks may still have a machine.
-            stranded += queue.drop(top)
+            # Smaller tasks may still have a machine, unless the cap in slots holds them
+            # back for this one.
+            holding = [s.slots for s in shapes if s.slots >= top]
+            dropped = queue.drop(top)
+            if holding and dropped:
+                budget.hold(dropped[0].task, min(holding))
+            stranded += dropped
             continue
-        bulk = _bulk(fitting, queue.total, budget.machines)
+        room = _NO_CAP if budget.machines is None else budget.machines
+        bulk = _bulk(fitting, queue.total, room)
         if _open_whole(demand, queue, bulk, budget):
             continue
         allowed = tuple(s for s in shapes if budget.count(s.slots))
-        shape = _next_shape(queue, fitting, allowed, budget.machines, bulk)
+        shape = _next_shape(queue, fitting, allowed, room, bulk)
         tasks, free = queue.fill(shape.slots)
         demand.new_machines.append(NewMachine(shape, tasks, shape.slots - free))
         budget.spend(shape.slots)
@@ -430,8 +474,8 @@ def _open_machines(demand: Demand, queue: _Queue, shapes: Sequence[Shape], budge
 def _bulk(fitting: list[Shape], total: int, room: int) -> Shape:
     """The shape cheapest per slot (the larger on a tie: fewer machines) among those
     whose machines, within the ``room`` left, hold the ``total`` slots waiting; with none
-    that can, the largest: near max_instances, small machines would leave tasks waiting
-    that larger ones hold."""
+    that can, the largest: near a cap in machines, small machines would leave tasks
+    waiting that larger ones hold."""
     holding = [s for s in fitting if s.slots * room >= total]
     if not holding:
         return max(fitting, key=lambda s: (s.slots, -s.price))
@@ -509,9 +553,22 @@ def _after_fill(counts: tuple[tuple[int, int], ...], free: int) -> tuple[tuple[i
     return tuple(left)
 
 
-def _gang_problem(task: PendingTask, sizes: list[int], max_instances: int) -> str:
-    """Why a task over one machine can never run here: no machine size divides it into
-    at most max_instances machines (``findDedicatedAgentFits``)."""
+def _gang_problem(
+    task: PendingTask, sizes: list[int], max_machines: int | None, max_slots: int | None
+) -> str | None:
+    """Why a task over one machine can never run here, or None: more slots than the cap
+    (Determined admits no more, resource_pool.go ``CapacityCheck``), or no machine size
+    divides it into at most ``max_machines`` machines (``findDedicatedAgentFits``)."""
+    if max_slots is not None and task.slots > max_slots:
+        return f"needs {task.slots} slots, more than the pool's cap, max_slots ({max_slots})"
+    fits = [
+        s
+        for s in sizes
+        if task.slots % s == 0 and (max_machines is None or task.slots // s <= max_machines)
+    ]
+    if fits:
+        return None
+    cap = "max_instances" if max_slots is None else "max_machines"
     if len(sizes) == 1:
         slots = sizes[0]
         if task.slots % slots:
@@ -520,9 +577,11 @@ def _gang_problem(task: PendingTask, sizes: list[int], max_instances: int) -> st
                 "of one instance"
             )
         need = task.slots // slots
-        return f"needs {need} instances of {slots} slots, more than max_instances ({max_instances})"
+        return f"needs {need} instances of {slots} slots, more than {cap} ({max_machines})"
     listed = ", ".join(map(str, sizes))
+    if max_machines is None:
+        return f"needs {task.slots} slots: no machine size of this pool ({listed} slots) divides it"
     return (
         f"needs {task.slots} slots: no machine size of this pool ({listed} slots) divides it "
-        f"into at most max_instances ({max_instances}) machines"
+        f"into at most {cap} ({max_machines}) machines"
     )

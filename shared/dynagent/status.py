@@ -174,7 +174,17 @@ def pool_status(
         for request in fleet.spot_requests
     ]
     live = sum(1 for i in fleet.instances if i.live)
-    live += sum(1 for r in fleet.spot_requests if r.state is RequestState.OPEN)
+    requests_open = sum(1 for r in fleet.spot_requests if r.state is RequestState.OPEN)
+    live += requests_open
+    # A pool with offerings is capped in slots (and in machines only where it says so).
+    catalog, each = provider.catalog(), provider.slots_per_instance
+    slots = requests_open * each + sum(
+        catalog.slots_of(i.instance_type, each) for i in fleet.instances if i.live
+    )
+    machines, slot_cap = provider.machine_cap, provider.slot_cap
+    at_max = (machines is not None and live >= machines) or (
+        slot_cap is not None and slots >= slot_cap
+    )
     plan = decide(pool, fleet, None, now, settings)
     last: dict[str, Any] | None = None
     if summary is not None:
@@ -195,7 +205,10 @@ def pool_status(
         "live": live,
         "min_instances": provider.min_instances,
         "max_instances": provider.max_instances,
-        "at_max": live >= provider.max_instances,
+        "slots": slots,
+        "max_slots": slot_cap,
+        "max_machines": machines,
+        "at_max": at_max,
         "last_snapshot": last,
         "last_snapshot_unread": unread if summary is None else None,
         "plan": {"basis": "no snapshot (as the next sweep)", "actions": plan.describe()},
@@ -211,10 +224,15 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
     if styled:
         title = _paint(title, _BOLD)
         bound = _paint(bound, _COLOURS["stopped"]) if bound else ""
-    lines = [
-        f"{title} at {status['now']}: "
-        f"{status['live']} of max {status['max_instances']} instances{bound}; {counts}"
-    ]
+    size = f"{status['live']} of max {status['max_instances']} instances"
+    if status.get("max_slots") is not None:
+        machines = status["max_machines"]
+        size = (
+            f"{status['live']} instances"
+            + (f" of max {machines}" if machines is not None else "")
+            + f", {status['slots']} of max {status['max_slots']} slots"
+        )
+    lines = [f"{title} at {status['now']}: {size}{bound}; {counts}"]
     rows: list[tuple[str, ...]] = [("instance", "state", "type", "age", "idle", "registered")]
     for item in status["instances"]:
         rows.append(

@@ -1,6 +1,7 @@
 """The reconcile function re-packs in the same pass when the cheapest machine for the
 tasks has no capacity in any subnet: two 4-slot tasks decided onto one 8-GPU machine
-start on two 4-GPU machines instead, through CreateFleet on the local AWS."""
+start on two 4-GPU machines instead, through CreateFleet on the local AWS, in a pool
+written as in master.yaml (``max_instances: 10``, no ``max_slots``)."""
 
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ def test_a_shape_out_in_every_subnet_is_repacked_onto_smaller_machines_in_one_pa
     offerings = {
         "instance_types": ["p3.8xlarge", "p3.16xlarge"],
         "subnet_ids": [s["SubnetId"] for s in subnets],
-        # Below two p3.8xlarge (2 x $12.24): one 8-GPU machine is the cheapest cover.
-        "prices": {"p3.16xlarge": 20.0},
-        "max_slots": 40,  # machines to spare: 4-GPU ones may launch
+        # As an admin writes it: no prices, no max_slots. The two types cost the same per
+        # GPU, so one 8-GPU machine is the cover (fewer machines on a tie); the cap is
+        # 10 x 8 slots, in machines of either size.
     }
     document = pool_document(
         image_id(ec2), instance_type="p3.16xlarge", max_instances=10, offerings=offerings

@@ -177,9 +177,13 @@ class Cluster:
         for instance_id in sorted(set(alive) - self.all_agents):
             if self.clock.now - self.launched[instance_id] >= self.boot:
                 pool = self.config.pool(alive[instance_id])
-                slots = pool.provider.slots_per_instance
-                self.master.add_agent(instance_id, pool.name, slots)
+                self.master.add_agent(instance_id, pool.name, self.agent_slots(instance_id, pool))
                 self.all_agents.add(instance_id)
+
+    def agent_slots(self, instance_id: str, pool: Pool) -> int:
+        """The slots the agent on ``instance_id`` registers with: those of its pool's one
+        machine shape (a pool with offerings reads its machine's GPUs instead)."""
+        return pool.provider.slots_per_instance
 
     def _stamp(self, alive: dict[str, str]) -> None:
         """A new instance was launched now, on the virtual clock."""

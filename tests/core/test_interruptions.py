@@ -162,13 +162,20 @@ def test_with_its_type_out_everywhere_the_replacement_is_the_cheapest_cover() ->
     assert {o.instance_type for launch in plan.launches for o in launch.offerings} == {"p3.8xlarge"}
     assert all("p3.16xlarge has no capacity" in launch.reason for launch in plan.launches)
     assert plan.launch_key == "gpu:interruption:i-busy:cover" and plan.waiting == ()
-    # The 4-GPU type out too: eight 1-GPU machines would exceed max_instances (4): the
-    # replacement waits, and says why.
+    # The 4-GPU type out too: eight 1-GPU machines hold its 8 slots, within the cap in
+    # slots (max_instances counts no machines of a pool with offerings).
     out |= {f"p3.8xlarge@{s}/on-demand" for s in ("subnet-a", "subnet-b")}
     plan = plan_interruption(gpus, replace(fleet(base), unavailable=out), warning("i-busy"), NOW)
+    assert [launch.offerings[0].instance_type for launch in plan.launches] == ["p3.2xlarge"] * 8
+    # Where the admin caps machines, eight would exceed it: the replacement waits, and
+    # says why.
+    capped = pool(
+        instance_type="p3.16xlarge", offerings={**offerings, "max_machines": 4}, max_instances=4
+    )
+    plan = plan_interruption(capped, replace(fleet(base), unavailable=out), warning("i-busy"), NOW)
     assert plan.launches == ()
     (why,) = plan.waiting
-    assert why.startswith("replacement for i-busy:") and "max_instances" in why, why
+    assert why.startswith("replacement for i-busy:") and "max_machines" in why, why
 
 
 # --- How decide counts an interrupted instance ----------------------------------------

@@ -23,7 +23,7 @@ def packed(
 ) -> Demand:
     shapes = [Shape("m", slots, 1.0 * slots)]
     existing = [Existing(slots, slots)] * arriving
-    return pack(tuple(pending), shapes, existing, room=room, max_instances=max_instances)
+    return pack(tuple(pending), shapes, existing, room=room, max_machines=max_instances)
 
 
 def test_no_pending_no_instances() -> None:
@@ -228,8 +228,8 @@ def test_several_shapes_place_every_task_once_and_never_cost_more(seed: int) -> 
     sizes = [1, 1, 1, 2, 2, 3, 4, 5, 8, 16]
     pending = tuple(task(f"t{i}", rng.choice(sizes)) for i in range(rng.randrange(1, 60)))
 
-    demand = pack(pending, SHAPES, [], room=1000, max_instances=1000)
-    largest_only = pack(pending, SHAPES[2:], [], room=1000, max_instances=1000)
+    demand = pack(pending, SHAPES, [], room=1000, max_machines=1000)
+    largest_only = pack(pending, SHAPES[2:], [], room=1000, max_machines=1000)
 
     slots = {t.task: t.slots for t in pending}
     placed = Counter(name for machine in demand.new_machines for name in machine.tasks)
@@ -243,7 +243,7 @@ def test_several_shapes_place_every_task_once_and_never_cost_more(seed: int) -> 
 
 
 def test_two_two_slot_tasks_share_a_four_gpu_machine() -> None:
-    demand = pack((task("a", 2), task("b", 2)), SHAPES, [], room=10, max_instances=10)
+    demand = pack((task("a", 2), task("b", 2)), SHAPES, [], room=10, max_machines=10)
     assert [(m.shape.instance_type, m.tasks) for m in demand.new_machines] == [("m", ["a", "b"])]
 
 
@@ -255,6 +255,6 @@ def test_the_last_machines_may_be_smaller_than_the_largest_task() -> None:
     # hour; a p3.16xlarge for all three $24.48. The 1-slot task's machine may be smaller
     # than the 2-slot tasks'.
     pending = (task("a", 2), task("b", 2), task("c", 1))
-    demand = pack(pending, P3, [], room=10, max_instances=10)
+    demand = pack(pending, P3, [], room=10, max_machines=10)
     machines = sorted((m.shape.instance_type, tuple(m.tasks)) for m in demand.new_machines)
     assert machines == [("p3.2xlarge", ("c",)), ("p3.8xlarge", ("a", "b"))]

@@ -87,7 +87,8 @@ def test_a_gang_counts_on_an_idle_agent_only_when_room_is_short() -> None:
     pending = snapshot(pending=[job("exp", 16)], agents=agents)
 
     assert launched(decide(g5_pool(), fleet, pending, NOW)) == {"g5.48xlarge": 2}
-    assert launched(decide(g5_pool(max_instances=2), fleet, pending, NOW)) == {"g5.48xlarge": 1}
+    short = g5_pool(offerings={"instance_types": G5, "max_slots": 16})
+    assert launched(decide(short, fleet, pending, NOW)) == {"g5.48xlarge": 1}
 
 
 def test_a_gang_waiting_on_its_booting_machines_counts_the_one_that_registered() -> None:
@@ -134,27 +135,43 @@ def test_a_command_larger_than_the_largest_machine_can_never_run() -> None:
     assert "runs on one agent" in plan.unschedulable[0].reason
 
 
-def test_a_size_no_machine_divides_within_max_instances_is_unschedulable() -> None:
-    only_8 = g5_pool(
-        offerings={"instance_types": ["g5.12xlarge", "g5.48xlarge"], "max_slots": 16},
-        max_instances=2,
-    )
+def test_a_size_no_machine_divides_within_max_machines_is_unschedulable() -> None:
+    sizes = ["g5.12xlarge", "g5.48xlarge"]
+    only_8 = g5_pool(offerings={"instance_types": sizes, "max_slots": 16, "max_machines": 2})
     plan = decide(only_8, Fleet(), snapshot(pending=[job("exp", 12)]), NOW)
 
     assert [u.task for u in plan.unschedulable] == ["exp"]
     assert "4, 8 slots" not in plan.unschedulable[0].reason
     assert "8, 4 slots" in plan.unschedulable[0].reason
+    assert "max_machines (2)" in plan.unschedulable[0].reason
+    # Without a cap in machines, three 4-GPU machines hold it within the 16 slots.
+    roomy = g5_pool(offerings={"instance_types": sizes, "max_slots": 16})
+    assert launched(decide(roomy, Fleet(), snapshot(pending=[job("exp", 12)]), NOW)) == {
+        "g5.12xlarge": 3
+    }
+
+
+def test_a_task_over_the_cap_in_slots_is_unschedulable() -> None:
+    # Determined admits no experiment over max_instances x slots (CapacityCheck).
+    plan = decide(g5_pool(), Fleet(), snapshot(pending=[job("exp", 48), job("ok", 8)]), NOW)
+
+    assert [u.task for u in plan.unschedulable] == ["exp"]
+    assert "max_slots (40)" in plan.unschedulable[0].reason
+    assert launched(plan) == {"g5.48xlarge": 1}
 
 
 def test_an_idle_agent_a_blocked_lower_priority_task_fits_on_is_reaped() -> None:
-    # The 16-slot task (priority 10) waits at max_instances; the master starts nothing of
+    # The 16-slot task (priority 10) waits at max_slots; the master starts nothing of
     # priority 42 meanwhile, so the 1-slot task will not take the idle agent: it is reaped
     # at its idle period, as if nothing were pending.
+    # A busy g5.48xlarge leaves 7 of the 16 slots: no fit of the 16 slots within them.
     agents, fleet = idle_fleet(("g5.xlarge", 1), idle_minutes=25)
+    busy = Agent(id="i-busy", slots=8, used_slots=8)
+    fleet = Fleet((*fleet.instances, *fleet_of([busy], {"i-busy": "g5.48xlarge"}).instances))
     pending = [job("big", 16, priority=10), job("small", 1, priority=42)]
-    capped = g5_pool(max_instances=1)
+    capped = g5_pool(offerings={"instance_types": G5, "max_slots": 16})
 
-    blocked = decide(capped, fleet, snapshot(pending=pending, agents=agents), NOW)
+    blocked = decide(capped, fleet, snapshot(pending=pending, agents=[*agents, busy]), NOW)
 
     assert [t.instance_id for t in blocked.terminations] == [agents[0].id]
     assert any(
@@ -183,7 +200,8 @@ def test_lower_priorities_are_planned_for_while_every_higher_task_gets_a_machine
 def test_a_lower_number_is_a_higher_priority() -> None:
     # Room for one machine: priority 1 gets it, though listed last.
     pending = [job("later", 8, priority=50), job("first", 8, priority=1)]
-    plan = decide(g5_pool(max_instances=1), Fleet(), snapshot(pending=pending), NOW)
+    one = g5_pool(offerings={"instance_types": G5, "max_slots": 8})
+    plan = decide(one, Fleet(), snapshot(pending=pending), NOW)
 
     assert [launch.tasks for launch in plan.launches] == [("first",)]
 
@@ -233,23 +251,33 @@ def test_the_cap_in_slots_defaults_to_max_instances_of_instance_type() -> None:
     assert _config_pool(10, ", max_slots: 24").provider.slot_cap == 24
 
 
-def test_near_max_instances_the_machines_that_hold_what_waits_are_chosen() -> None:
-    # 80 one-GPU tasks, room for 10 machines: ten g5.xlarge would leave 70 waiting.
+def test_by_default_the_cap_is_in_slots_and_small_machines_save_money() -> None:
+    # A pool as copied from master.yaml: max_instances 10 of g5.48xlarge is 80 GPUs, and
+    # each 1-GPU task gets the cheapest machine for it, however many machines that is.
     pending = [job(f"t{k}", 1) for k in range(80)]
     plan = decide(_config_pool(10), Fleet(), snapshot(pending=pending), NOW)
+
+    assert launched(plan) == {"g5.xlarge": 80}
+    assert plan.waiting == ()
+
+
+def test_near_max_machines_the_machines_that_hold_what_waits_are_chosen() -> None:
+    # 80 one-GPU tasks, room for 10 machines: ten g5.xlarge would leave 70 waiting.
+    pending = [job(f"t{k}", 1) for k in range(80)]
+    plan = decide(_config_pool(10, ", max_machines: 10"), Fleet(), snapshot(pending=pending), NOW)
 
     assert launched(plan) == {"g5.48xlarge": 10}
     assert plan.waiting == ()
 
 
-def test_by_default_small_machines_never_take_the_room_large_ones_need() -> None:
-    # max_instances 10 x g5.48xlarge is the cap (80 GPUs); a g5.xlarge would leave 9
-    # machines for 79 GPUs. So three 1-GPU tasks share a g5.48xlarge.
+def test_with_max_machines_small_machines_never_take_the_room_large_ones_need() -> None:
+    # 10 machines for 80 GPUs: a g5.xlarge would leave 9 machines for 79 GPUs. So three
+    # 1-GPU tasks share a g5.48xlarge.
     pending = [job(f"t{k}", 1) for k in range(3)]
-    plan = decide(_config_pool(10), Fleet(), snapshot(pending=pending), NOW)
-    assert launched(plan) == {"g5.48xlarge": 1}
+    capped = _config_pool(10, ", max_machines: 10")
+    assert launched(decide(capped, Fleet(), snapshot(pending=pending), NOW)) == {"g5.48xlarge": 1}
     # With machines to spare beyond the cap, each gets the cheapest machine.
-    spare = decide(_config_pool(30, ", max_slots: 80"), Fleet(), snapshot(pending=pending), NOW)
+    spare = decide(_config_pool(10, ", max_machines: 30"), Fleet(), snapshot(pending=pending), NOW)
     assert launched(spare) == {"g5.xlarge": 3}
 
 
@@ -263,14 +291,45 @@ def test_the_cap_in_slots_holds_small_machines_back() -> None:
     assert plan.pending_at_max
 
 
-def test_validate_warns_when_small_machines_can_fill_max_instances() -> None:
-    by_default = _config_pool(10).provider.warnings()
-    assert any("leaves 0 slots to spare" in w and "to 80" in w for w in by_default)
-    set_low = _config_pool(10, ", max_slots: 40").provider.warnings()
-    assert any("leaves 40 slots to spare" in w and "to 40" in w for w in set_low)
-    assert not any(
-        "max_instances" in w for w in _config_pool(80, ", max_slots: 80").provider.warnings()
+def test_at_the_cap_in_slots_the_room_left_is_held_for_the_large_task() -> None:
+    # 76 of 80 GPUs are busy on 1-GPU machines; an 8-slot task waits for 8 GPUs of room.
+    # The 4 left are not spent on the 1-slot tasks behind it: as idle machines are
+    # reaped, the room grows to what the large task needs instead of going back to
+    # small machines.
+    agents = agents_of("g5.xlarge", 76, "i-busy", used=1)
+    cloud = fleet_of(agents, {a.id: "g5.xlarge" for a in agents})
+    pending = [job("big", 8), *(job(f"s{k}", 1) for k in range(3))]
+    plan = decide(_config_pool(10), cloud, snapshot(pending=pending, agents=agents), NOW)
+
+    assert plan.launches == ()
+    assert plan.pending_at_max
+    waits = dict(why.split(" ", 1) for why in plan.waiting)
+    assert "pool is at max_slots (80)" in waits["big"]
+    assert all("held for big (8 slots)" in waits[f"s{k}"] for k in range(3))
+    # With room for it, the large task gets its machine and the small ones theirs.
+    roomy = _config_pool(11)
+    assert launched(decide(roomy, cloud, snapshot(pending=pending, agents=agents), NOW)) == {
+        "g5.48xlarge": 1,
+        "g5.xlarge": 3,
+    }
+
+
+def test_validate_states_the_caps_it_derived() -> None:
+    from dynagent.cli import describe_config
+
+    text = CLUSTER05_POOL.format(max_instances=10, extra="")
+    lines = describe_config(parse_config(text))
+    assert (
+        "  caps: 80 slots (max_instances 10 x the 8 of instance_type), machines of any "
+        "size within it" in lines
     )
+    capped = CLUSTER05_POOL.format(max_instances=10, extra=", max_slots: 40, max_machines: 12")
+    lines = describe_config(parse_config(capped))
+    assert (
+        "  caps: 40 slots (offerings.max_slots), at most 12 machines "
+        "(offerings.max_machines)" in lines
+    )
+    assert not any("warning" in line for line in lines if "max_" in line)
 
 
 def test_a_task_no_shape_holds_now_does_not_hold_back_smaller_ones() -> None:
@@ -285,3 +344,18 @@ def test_a_task_no_shape_holds_now_does_not_hold_back_smaller_ones() -> None:
 
     assert launched(plan) == {"g5.xlarge": 1}
     assert [why.split(" ")[0] for why in plan.waiting] == ["four"]
+
+
+def test_over_the_cap_in_slots_the_newest_machines_go() -> None:
+    # The admin lowered the cap to 16 slots under a fleet of three busy 8-GPU machines
+    # and a 1-GPU one: the newest go until the fleet fits (8 + 1 + ... within 16).
+    agents = [*agents_of("g5.48xlarge", 3, "i-big", used=8), *agents_of("g5.xlarge", 1, "i-one")]
+    types = {a.id: "g5.48xlarge" if a.id.startswith("i-big") else "g5.xlarge" for a in agents}
+    cloud = fleet_of(agents, types)
+    lowered = g5_pool(offerings={"instance_types": G5, "max_slots": 16})
+    plan = decide(lowered, cloud, snapshot(agents=agents), NOW)
+
+    # The idle 1-GPU machine first, then a busy one (all launched at once): 8 + 8 left.
+    gone = [t.instance_id for t in plan.terminations]
+    assert gone[0] == "i-one0" and len(gone) == 2 and gone[1].startswith("i-big")
+    assert all(t.reason == "over max_slots (16)" for t in plan.terminations)

@@ -56,3 +56,22 @@ def test_a_summary_not_looked_for_is_not_said_to_be_missing() -> None:
     assert "  last snapshot: not read (give --queue URL)" in unread
     looked = render(pool_status(pool(), fleet(), None, NOW))
     assert "  last snapshot: none recorded" in looked
+
+
+def test_a_pool_with_offerings_shows_its_cap_in_slots() -> None:
+    from dataclasses import replace
+
+    offerings = {"instance_types": ["g5.xlarge", "g5.12xlarge", "g5.48xlarge"]}
+    mixed = pool(instance_type="g5.48xlarge", offerings=offerings, max_instances=2)
+    cloud = fleet(
+        replace(agent_instance("i-big"), instance_type="g5.48xlarge"),
+        replace(agent_instance("i-four"), instance_type="g5.12xlarge"),
+        replace(agent_instance("i-one"), instance_type="g5.xlarge"),
+    )
+    # Three machines over max_instances (2), which counts GPUs here: 13 of 16.
+    (line,) = render(pool_status(mixed, cloud, None, NOW))[:1]
+    assert "3 instances, 13 of max 16 slots; 3 busy" in line and "(at max)" not in line
+    full = fleet(*cloud.instances, replace(starting("i-new"), instance_type="g5.12xlarge"))
+    assert (
+        "4 instances, 17 of max 16 slots (at max)" in render(pool_status(mixed, full, None, NOW))[0]
+    )

@@ -1,6 +1,7 @@
 """The reconcile function re-packs in the same pass when the cheapest machine for the
 tasks has no capacity in any zone: two 4-slot tasks decided onto one a2-highgpu-8g start
-on two a2-highgpu-4g instead, on the local Compute."""
+on two a2-highgpu-4g instead, on the local Compute, in a pool written as in master.yaml
+(``max_instances: 10``, no ``max_slots``)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ def test_a_machine_out_in_every_zone_is_repacked_onto_smaller_machines_in_one_pa
             {"machine_type": "a2-highgpu-8g", "gpu_type": A100, "gpu_num": 8},
         ],
         "zones": [ZONE, ZONE_B],
-        # Below two a2-highgpu-4g: one 8-GPU machine is the cheapest cover.
-        "prices": {"a2-highgpu-8g": 25.0},
-        "max_slots": 40,  # machines to spare: 4-GPU ones may launch
+        # As an admin writes it: no prices, no max_slots. The two types cost the same per
+        # GPU, so one 8-GPU machine is the cover (fewer machines on a tie); the cap is
+        # 10 x 8 slots, in machines of either size.
     }
     document = gcp_pool_document(
         instance_type={"machine_type": "a2-highgpu-8g", "gpu_type": A100, "gpu_num": 8},

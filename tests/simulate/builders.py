@@ -42,9 +42,8 @@ def mixed_pool(**overrides: Any) -> Pool:
         "max_instances": 8,
     }
     fields |= overrides
-    # Half the cap max_instances gives by default: machines to spare for every shape.
-    fields.setdefault("offerings", {})
-    fields["offerings"] = {"max_slots": 4 * fields["max_instances"], **fields["offerings"]}
+    # As an admin copies it from master.yaml: no offerings.max_slots, so the cap is
+    # max_instances x the 8 GPUs of instance_type, in machines of any size.
     return pool(**fields)
 
 

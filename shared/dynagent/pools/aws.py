@@ -59,6 +59,8 @@ class AwsOfferings(StrictModel):
     slots: dict[str, int] = Field(default_factory=dict)
     # The pool's cap in slots (GPUs); default max_instances x the slots of instance_type.
     max_slots: int | None = Field(default=None, ge=1)
+    # A cap in machines of any size, only where the admin sets one (default: none).
+    max_machines: int | None = Field(default=None, ge=1)
 
     @field_validator("instance_types", "subnet_ids", "purchase")
     @classmethod
@@ -135,6 +137,7 @@ class AwsProvider(ProvisionerFields):
         return self
 
     def _check_offerings(self, offerings: AwsOfferings) -> None:
+        self.check_max_machines(offerings.max_machines)
         for instance_type in offerings.instance_types:
             if instance_type not in offerings.slots and aws_gpus(instance_type) is None:
                 raise ValueError(
@@ -162,8 +165,6 @@ class AwsProvider(ProvisionerFields):
             )
         found += self._slot_warnings()
         if self.offerings is not None:
-            sizes = [self.gpus_of(t) for t in self.offerings.instance_types]
-            found += self.cap_warnings(self.offerings.max_slots, sizes, self.slot_cap or 0)
             models = _gpu_models(self.offerings.instance_types)
             if len(models) > 1:
                 found.append(f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose")
@@ -237,6 +238,16 @@ class AwsProvider(ProvisionerFields):
         if not gpus:
             return 1 if self.cpu_slots_allowed else 0
         return gpus
+
+    @property
+    def machine_cap(self) -> int | None:
+        """The pool's cap in machines (None: none). Without offerings, ``max_instances``,
+        as in Determined. With them, only ``offerings.max_machines``: machines of several
+        sizes do not count the same, and what ``max_instances`` means to Determined is the
+        GPUs it buys (resource_pool.go ``CapacityCheck``), which ``slot_cap`` keeps."""
+        if self.offerings is None:
+            return self.max_instances
+        return self.offerings.max_machines
 
     @property
     def slot_cap(self) -> int | None:

@@ -156,24 +156,13 @@ class ProvisionerFields(StrictModel):
             instance_type_slots = largest
         return self.max_instances * instance_type_slots
 
-    def cap_warnings(self, max_slots: int | None, sizes: list[int], cap: int) -> list[str]:
-        """Where max_instances holds back the smaller offerings: a machine smaller than
-        the largest is launched only while the machines left could still reach the cap
-        in slots at the largest size (``packing.Budget``)."""
-        smallest, largest = min(sizes, default=0), max(sizes, default=0)
-        if not smallest or self.max_instances * smallest >= cap:
-            return []
-        spare = max(0, self.max_instances * largest - cap)
-        need = -(-cap // smallest)
-        fix = f"raise max_instances to {need}"
-        if max_slots is None:
-            fix = f"set offerings.max_slots (now max_instances x instance_type: {cap}) and {fix}"
-        return [
-            f"max_instances ({self.max_instances}) leaves {spare} slots to spare beyond the "
-            f"cap of {cap} slots at {largest} per machine, so machines of fewer slots are "
-            f"launched only that far (large tasks must never wait behind small machines): "
-            f"{fix} to let every machine be of the smallest offering ({smallest} slots)"
-        ]
+    def check_max_machines(self, max_machines: int | None) -> None:
+        """``offerings.max_machines`` leaves room for ``min_instances``."""
+        if max_machines is not None and max_machines < self.min_instances:
+            raise ValueError(
+                f"offerings.max_machines ({max_machines}) is below min_instances "
+                f"({self.min_instances})"
+            )
 
     def ignored_fields(self) -> list[tuple[str, str]]:
         """The fields this config sets that dynagent accepts and ignores, each with why."""

@@ -88,6 +88,8 @@ class GcpOfferings(StrictModel):
     prices: dict[str, float] = Field(default_factory=dict)
     # The pool's cap in slots (GPUs); default max_instances x the GPUs of instance_type.
     max_slots: int | None = Field(default=None, ge=1)
+    # A cap in machines of any size, only where the admin sets one (default: none).
+    max_machines: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _distinct(self) -> GcpOfferings:
@@ -171,6 +173,7 @@ class GcpProvider(ProvisionerFields):
         spec = self.offerings
         if spec is None:
             return self
+        self.check_max_machines(spec.max_machines)
         names = tuple(m.machine_type for m in spec.machines)
         table = {m.machine_type: _list_price(m) for m in spec.machines if _list_price(m)}
         check_prices(names, spec.prices, table, "offerings")
@@ -192,9 +195,6 @@ class GcpProvider(ProvisionerFields):
         found = self.common_warnings()
         for machine in self.machines():
             found += [w for w in machine.warnings() if w not in found]
-        if self.offerings is not None:
-            sizes = [m.gpu_num for m in self.offerings.machines]
-            found += self.cap_warnings(self.offerings.max_slots, sizes, self.slot_cap or 0)
         models = {m.gpu_type for m in self.machines() if m.gpu_num}
         if len(models) > 1:
             found.append(f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose")
@@ -203,6 +203,16 @@ class GcpProvider(ProvisionerFields):
     def machines(self) -> tuple[GcpInstanceType, ...]:
         """Every machine the pool may launch: its offerings', or its one instance_type."""
         return self.offerings.machines if self.offerings else (self.instance_type,)
+
+    @property
+    def machine_cap(self) -> int | None:
+        """The pool's cap in machines (None: none). Without offerings, ``max_instances``,
+        as in Determined. With them, only ``offerings.max_machines``: machines of several
+        sizes do not count the same, and what ``max_instances`` means to Determined is the
+        GPUs it buys (resource_pool.go ``CapacityCheck``), which ``slot_cap`` keeps."""
+        if self.offerings is None:
+            return self.max_instances
+        return self.offerings.max_machines
 
     @property
     def slot_cap(self) -> int | None:

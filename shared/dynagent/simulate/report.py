@@ -73,13 +73,16 @@ def describe(replay: Replay) -> list[str]:
     spread = "-".join(str(s) for s in (slots[0], slots[-1]) if s) if len(slots) > 1 else ""
     gpus = f"{spread} GPUs" if spread else ""
     headroom = provider.warm_headroom_slots
+    cap, machines = provider.slot_cap, provider.machine_cap
+    bounds = f"{provider.min_instances}..{provider.max_instances} instances"
+    if cap is not None:
+        bounds = f"up to {cap:,} GPUs" + (f" on {machines:,} machines" if machines else "")
     lines = [
         f"{trace.name}: {len(trace.jobs):,} jobs over {days:.1f} days, "
         f"{trace.busy_gpu_seconds / HOUR:,.0f} busy GPU-hours",
         f"pool {replay.pool.name}: {provider.shape}, "
         f"{gpus or _gpus(provider.slots_per_instance)} each, "
-        f"{provider.min_instances}..{provider.max_instances} instances, "
-        f"idle {format_duration(provider.max_idle_agent_period)}, "
+        f"{bounds}, idle {format_duration(provider.max_idle_agent_period)}, "
         f"starting {format_duration(provider.max_agent_starting_period)}"
         + (f", warm headroom {headroom} slots" if headroom else ""),
         f"boot: running after {boot.running_after}s, agent registered after "
