@@ -1,12 +1,12 @@
 """A pool at its cap: cluster05 on 1-, 4- and 8-GPU machines held to 10 of them.
 
-The scenario of issue 18: g5.xlarge, g5.12xlarge and g5.48xlarge offered, with
+The scenario of issues 18 and 27: g5.xlarge, g5.12xlarge and g5.48xlarge offered, with
 ``instance_type: g5.48xlarge`` (what Determined's provisioner runs) and
-``max_instances: 10``, so the cap in slots is 80. Replayed for boot seeds 0 to 3,
-under Determined's policy, dynagent's, and dynagent's with ``drain_idle_agents`` (the
-bridge consolidates). The target: with the drains, dynagent's p95 wait at most
-Determined's at a lower cost, on the default seed (0); the other seeds show how much
-the p95 of a trace that keeps the cap full moves with boot times alone.
+``max_instances: 10`` as in master.yaml, so the cap is 80 slots, in machines of any
+size. Replayed for boot seeds 0 to 3, under Determined's policy, dynagent's, and
+dynagent's with ``drain_idle_agents`` (the bridge consolidates). The target: on every
+seed, dynagent's p95 wait at most Determined's at no more than its cost, as the pool is
+written (no drains).
 """
 
 from __future__ import annotations
@@ -60,29 +60,31 @@ def run() -> dict[str, Any]:
             column = summarise(ran, limit)
             found[name] = {"cost": round(column.cost), "wait_p95_s": column.wait_p95}
         seeds[str(seed)] = found
-        ours, theirs = found["dynagent_drains"], found["determined"]
+        ours, drains, theirs = found["dynagent"], found["dynagent_drains"], found["determined"]
         print(
-            f"  seed {seed}: with drains ${ours['cost']:,} p95 {ours['wait_p95_s']:,} s; "
-            f"without ${found['dynagent']['cost']:,} p95 {found['dynagent']['wait_p95_s']:,} s; "
+            f"  seed {seed}: dynagent ${ours['cost']:,} p95 {ours['wait_p95_s']:,} s; "
+            f"with drains ${drains['cost']:,} p95 {drains['wait_p95_s']:,} s; "
             f"determined ${theirs['cost']:,} p95 {theirs['wait_p95_s']:,} s",
             flush=True,
         )
-    default = seeds["0"]
-    ours, theirs = default["dynagent_drains"], default["determined"]
     return {
         "trace": TRACE,
         "pool": "g5.xlarge | g5.12xlarge | g5.48xlarge, instance_type g5.48xlarge, "
-        "max_instances 10 (max_slots 80)",
+        "max_instances 10 (a cap of 80 slots, machines of any size)",
         "seeds": seeds,
         "targets": {
-            "p95_at_most_determined_at_lower_cost": (
-                ours["wait_p95_s"] <= theirs["wait_p95_s"] and ours["cost"] < theirs["cost"]
+            "p95_at_most_determined_at_no_more_cost_every_seed": all(
+                _no_worse(s["dynagent"], s["determined"]) for s in seeds.values()
             ),
-            "lower_cost_every_seed": all(
-                s["dynagent_drains"]["cost"] < s["determined"]["cost"] for s in seeds.values()
+            "with_drains_every_seed": all(
+                _no_worse(s["dynagent_drains"], s["determined"]) for s in seeds.values()
             ),
         },
     }
+
+
+def _no_worse(ours: dict[str, Any], theirs: dict[str, Any]) -> bool:
+    return bool(ours["wait_p95_s"] <= theirs["wait_p95_s"] and ours["cost"] <= theirs["cost"])
 
 
 if __name__ == "__main__":
