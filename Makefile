@@ -37,7 +37,7 @@ typecheck: $(STAMP)
 # The documentation site (mkdocs.yml, docs/) into .venv/site; strict, so a broken link,
 # anchor or include fails the build.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(VENV)/site
 
 unit: $(STAMP) $(DET_STAMP) machine-tools
 	$(BIN)/pytest -q
