@@ -377,6 +377,38 @@ def test_an_agent_an_admin_disabled_is_published_not_enabled(
     assert [t.instance_id for t in plan.terminations] == ([] if drain else [idle])
 
 
+def test_the_snapshot_that_ends_an_idle_period_goes_out_on_time(master: LocalDetermined) -> None:
+    """The functions terminate an agent at the first snapshot at least
+    max_idle_agent_period after the one that first showed it idle. A change between
+    shifts the heartbeats off that moment; the bridge publishes when the period runs
+    out all the same (it used to wait for the heartbeat, up to 30 s more)."""
+    config = pool_config()
+    add_scaled_pools(master, config)
+    master.add_agent("i-1", POOL, 8)
+    trial = master.submit("trial", 8, POOL).task_id
+    master.schedule()
+    bridge, _ = bridge_for(master, config)
+    bridge.run_once()
+    advance(bridge, 10 / 60)
+    master.finish(trial)
+    (idle,) = bridge.run_once()  # i-1 idle from here
+    published = []
+    while bridge.clock() - idle.time < timedelta(minutes=5, seconds=25):
+        advance(bridge, 5 / 60)  # a pass every 5 s, as run_forever's
+        if bridge.clock() - idle.time == timedelta(seconds=20):
+            master.add_agent("i-2", POOL, 8)  # a change: heartbeats at +50 s, +80 s, ...
+        published += bridge.run_once()
+    seconds = [int((s.time - idle.time).total_seconds()) for s in published]
+    assert seconds == [20, *range(50, 300, 30), 300, 320]
+    ended = published[seconds.index(300)]
+    instances = fleet(
+        agent_instance("i-1", idle_since=idle.time),
+        agent_instance("i-2", idle_since=idle.time + timedelta(seconds=20)),
+    )
+    plan = decide(config.pool(POOL), instances, ended, ended.time)
+    assert [t.instance_id for t in plan.terminations] == ["i-1"]
+
+
 def test_three_drained_pools_each_drain_their_idle_agents_in_time(
     master: LocalDetermined,
 ) -> None:

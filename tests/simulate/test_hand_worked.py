@@ -2,9 +2,10 @@
 
 The pool: 8-GPU instances, at most 4, idle period 5m. The cloud: an instance shows
 running 60 s after launch, its agent registers after 180 s. dynagent reconciles each
-snapshot at once; an idle agent is reaped by the first snapshot (a change, or the 30 s
-heartbeat) at or after idle + 5m. Determined ticks every 5 s: an agent is idle from the
-first tick that sees it so, and reaped at the first tick strictly after that + 5m.
+snapshot at once; an idle agent is reaped at idle + 5m, by the snapshot the bridge
+publishes when the idle period it published runs out. Determined ticks every 5 s: an
+agent is idle from the first tick that sees it so, and reaped at the first tick strictly
+after that + 5m.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from .builders import pool, replay_both, run, trace
 
 def test_one_job() -> None:
     jobs = trace((0, 3600, 8))
-    # dynagent: launched at 0, agent at 180, the task runs 180..3780; idle from 3780, the
-    # heartbeat at 4080 (a multiple of 30) is 5m later: terminated, billed 0..4080.
+    # dynagent: launched at 0, agent at 180, the task runs 180..3780; idle from 3780, 5m
+    # later at 4080: terminated, billed 0..4080.
     ours = run(jobs, "dynagent")
     assert (ours.billed_instance_seconds, ours.waits) == (4080, [180])
     assert (ours.launches, ours.terminations, ours.unused_launches) == (1, 1, 0)
@@ -34,12 +35,24 @@ def test_one_job() -> None:
     assert (theirs.launches, theirs.terminations) == (1, 1)
 
 
+def test_an_idle_agent_goes_when_its_period_runs_out_not_at_the_next_heartbeat() -> None:
+    # The task runs 180..1190 and ends off the 30 s heartbeat grid. The bridge published
+    # the agent idle at 1190 and publishes again when those 5m run out, at 1490: reaped
+    # then, not by the heartbeat at 1500. Determined: idle from its tick at 1190, reaped
+    # at the first tick after 1490, 1495.
+    jobs = trace((0, 1010, 8))
+    ours, theirs = run(jobs, "dynagent"), run(jobs, "determined")
+    assert (ours.billed_instance_seconds, theirs.billed_instance_seconds) == (1490, 1495)
+    assert ours.usage.idle == 8 * 300  # never before its idle period
+    assert ours.waits == theirs.waits == [180]
+
+
 def test_two_overlapping_jobs_share_one_instance() -> None:
     # 4 GPUs at 0 and 4 more at 60: the second is packed into the instance on its way.
     jobs = trace((0, 1000, 4), (60, 1000, 4))
     ours = run(jobs, "dynagent")
-    # Both start when the agent registers at 180 and end at 1180; reaped at 1500.
-    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (1500, [120, 180], 1)
+    # Both start when the agent registers at 180 and end at 1180; reaped at 1480.
+    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (1480, [120, 180], 1)
     theirs = run(jobs, "determined")
     # ceil(8 / 8) = 1 wanted, 1 recently launched: nothing more. Reaped at 1485.
     assert (theirs.billed_instance_seconds, theirs.waits, theirs.launches) == (1485, [120, 180], 1)
@@ -48,9 +61,9 @@ def test_two_overlapping_jobs_share_one_instance() -> None:
 def test_two_overlapping_jobs_that_need_two_instances() -> None:
     jobs = trace((0, 1000, 8), (60, 600, 4))
     ours = run(jobs, "dynagent")
-    # i1: 0..1500 (task 180..1180, idle 5m, heartbeat 1500); i2: launched at 60 for the
-    # second job, which runs 240..840; reaped at 1140: 1080 s. 1500 + 1080 = 2580.
-    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (2580, [180, 180], 2)
+    # i1: 0..1480 (task 180..1180, idle 5m); i2: launched at 60 for the second job,
+    # which runs 240..840; reaped at 1140: 1080 s. 1480 + 1080 = 2560.
+    assert (ours.billed_instance_seconds, ours.waits, ours.launches) == (2560, [180, 180], 2)
     theirs = run(jobs, "determined")
     # ceil(12 / 8) = 2 wanted at 60, one on its way: one more. 1485 + (1145 - 60) = 2570.
     assert (theirs.billed_instance_seconds, theirs.waits, theirs.launches) == (2570, [180, 180], 2)
@@ -90,8 +103,8 @@ def test_a_burst_after_a_long_idle_gap() -> None:
     jobs = trace((0, 600, 1), *[(10_000, 600, 8)] * 10)
     ours = run(jobs, "dynagent", big)
     # The first instance: 0..1080. Nothing is billed in the gap. The burst: ten instances
-    # launched at 10000, tasks 10180..10780, reaped by the heartbeat at 11100.
-    assert ours.billed_instance_seconds == 1080 + 10 * 1100
+    # launched at 10000, tasks 10180..10780, reaped at 11080.
+    assert ours.billed_instance_seconds == 1080 + 10 * 1080
     assert (ours.waits, ours.launches) == ([180] * 11, 11)
     gap = [s for s in ours.series.samples if 1080 <= s[0] < 10_000]
     assert gap and all(fleet == 0 for _, _, fleet, _ in gap)
@@ -104,7 +117,7 @@ def test_slower_boots_add_to_waits_and_bills() -> None:
     jobs = trace((0, 3600, 8))
     slow = BootModel(running_after=90, registered_after=300, jitter=0, per_gpu=0)
     ours = run(jobs, "dynagent", options=RunOptions(boot=slow))
-    # Agent at 300, task 300..3900, idle until the heartbeat at 4200.
+    # Agent at 300, task 300..3900, idle until 4200.
     assert (ours.billed_instance_seconds, ours.waits) == (4200, [300])
 
 

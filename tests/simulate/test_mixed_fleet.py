@@ -26,7 +26,7 @@ def test_each_task_gets_the_cheapest_machine_that_holds_it() -> None:
     assert ours.launches_by_type == {"p3.16xlarge": 2, "p3.2xlarge": 1, "p3.8xlarge": 1}
     # The agents register at 180: the 1-GPU task best-fits the p3.2xlarge, the two 2-GPU
     # tasks share the p3.8xlarge, the gang takes both p3.16xlarge. All end at 780 and
-    # are reaped by the heartbeat at 1080: each machine billed 1080 s.
+    # are reaped when their 5m idle run out, at 1080: each machine billed 1080 s.
     assert ours.waits == [180] * 4
     assert ours.billed_instance_seconds == 4 * 1080
     assert ours.billed_slot_seconds == (1 + 4 + 8 + 8) * 1080

@@ -22,6 +22,7 @@ from dynagent.snapshot import DRAINING_REPORT_LEASE, Snapshot
 from .admission_check import admission_findings
 from .client import MasterClient, MasterRefused, MasterUnavailable
 from .drain import Drainer
+from .idle import IdleClock
 from .reading import PoolReading, read_pools
 
 # A snapshot at least this often, changed or not: the functions' heartbeat.
@@ -64,6 +65,9 @@ class Bridge:
     # Why the last pass could not read the master (None: it could).
     outage_error: str | None = None
     missing_logged: set[str] = field(default_factory=set)
+    # By pool without drain_idle_agents: when a published snapshot first showed each
+    # agent idle, so the snapshot that lets the functions reap it goes out on time.
+    idle_clocks: dict[str, IdleClock] = field(default_factory=dict)
     # By pool: when a published snapshot last said each agent was draining.
     draining_reported: dict[str, dict[str, datetime]] = field(default_factory=dict)
     # By pool: drained agents pending tasks want, whose draining report may still be
@@ -210,8 +214,19 @@ class Bridge:
         self.withdrawn[pool_name] = waiting
         return reading
 
+    def _idle_period_ended(self, pool_name: str, since: datetime, now: datetime) -> bool:
+        """Whether an agent's max_idle_agent_period ran out after ``since``, up to ``now``.
+        Never in a pool with drain_idle_agents: there the functions terminate only
+        drained agents, and a drain is a change, published."""
+        idle = self.idle_clocks.get(pool_name)
+        if idle is None:
+            return False
+        end = idle.next_end(self.config.pool(pool_name).provider.max_idle_agent_period, since)
+        return end is not None and end <= now
+
     def _snapshot(self, reading: PoolReading, now: datetime) -> Snapshot | None:
-        """The pool's snapshot if it changed or the heartbeat is due, else None."""
+        """The pool's snapshot if it changed, an agent's idle period ran out or the
+        heartbeat is due, else None."""
         withdrawn = self.withdrawn.get(reading.name, set())
         drainer = self.drainers.setdefault(reading.name, Drainer())
         agents = tuple(
@@ -223,12 +238,19 @@ class Bridge:
         )
         content = (reading.pending, agents, reading.fitting_policy)
         last = self.last.get(reading.name)
-        if last is not None and last.content == content and now - last.at < HEARTBEAT:
+        if (
+            last is not None
+            and last.content == content
+            and now - last.at < HEARTBEAT
+            and not self._idle_period_ended(reading.name, last.at, now)
+        ):
             return None
         # Strictly increasing across restarts too: milliseconds of the clock, or one more.
         self.seq = max(self.seq + 1, int(now.timestamp() * 1000))
         self.last[reading.name] = _Published(now, content)
         # Recorded before the publish: a publish that fails may still have been sent.
+        if not self.config.pool(reading.name).provider.drain_idle_agents:
+            self.idle_clocks.setdefault(reading.name, IdleClock()).published(agents, now)
         reported_at = self.draining_reported.setdefault(reading.name, {})
         for agent in agents:
             if agent.draining:

@@ -17,6 +17,10 @@ is set, such snapshots are reconciled only then: the same plans at the same time
 without the hundreds of thousands of passes that change nothing over a month. Tests run
 both ways and compare.
 
+The bridge also publishes when an agent's idle period runs out (``bridge.idle``), so the
+pass that reaps it comes then, not at the next heartbeat; in a pool with
+``drain_idle_agents`` it does not: there its drain is the change that publishes.
+
 With ``drain_idle_agents``, the bridge's drains are part of the policy: its ``Drainer``
 reads the master and disables or enables agents before each snapshot, on every change
 of the master and every heartbeat (the real bridge reads every few seconds: here it is
@@ -26,6 +30,7 @@ never late).
 from __future__ import annotations
 
 from dynagent.bridge.drain import Drainer
+from dynagent.bridge.idle import IdleClock
 from dynagent.config import Pool, Settings
 from dynagent.fleet import Fleet, Mark
 from dynagent.interruptions import INTERRUPTION, Notice, plan_interruption
@@ -74,6 +79,9 @@ class DynagentPolicy:
         self._at_max_since: int | None = None
         self._at_max_seconds = 0
         self.drainer = Drainer() if provider.drain_idle_agents else None
+        # The bridge's idle clock, and the next second at which it publishes for it.
+        self.idle_clock = None if provider.drain_idle_agents else IdleClock()
+        self._idle_end_at: int | None = None
 
     def act(self, now: int, change: Change) -> None:
         bridge = self.drainer is not None and (change is not Change.NONE or self._beat(now))
@@ -109,17 +117,19 @@ class DynagentPolicy:
         return bool(actions)
 
     def _publishes(self, now: int, change: Change) -> bool:
-        """Whether a snapshot reaches the decision now: on any change of the master and on
-        each heartbeat, but, unless exhaustive, only when it can matter."""
-        if _due(self._heartbeat_at, now) or change is Change.DECISION:
+        """Whether a snapshot reaches the decision now: on any change of the master, on
+        each heartbeat and when an idle period runs out, but, unless exhaustive, only
+        when it can matter."""
+        due = _due(self._heartbeat_at, now) or _due(self._idle_end_at, now)
+        if due or change is Change.DECISION:
             return True
         if change is Change.OTHER:
             return self.exhaustive or _due(self._deadline, now)
         return False
 
     def wake_at(self) -> int | None:
-        times = [t for t in (self._heartbeat_at, self._sweep_at) if t is not None]
-        return min(times, default=None)
+        times = (self._heartbeat_at, self._sweep_at, self._idle_end_at)
+        return min((t for t in times if t is not None), default=None)
 
     def fleet_changed(self, now: int) -> None:
         """An instance gone without its agent (still booting) changes no snapshot, so
@@ -157,6 +167,8 @@ class DynagentPolicy:
         """One pass; whether it launched or terminated anything."""
         moment = at(now)
         snapshot = self.master.snapshot(moment) if with_snapshot else None
+        if snapshot is not None and self.idle_clock is not None:
+            self.idle_clock.published(snapshot.agents, moment)
         plan = reconcile(self.pool, self.cloud, snapshot, moment, self.settings).plan
         self.decisions += 1
         if plan is None:
@@ -173,6 +185,7 @@ class DynagentPolicy:
             self._at_max_since = None
 
     def _plan_wake(self, now: int, acted: bool) -> None:
+        self._idle_end_at = self._next_idle_end(now)
         if self.exhaustive:
             self._heartbeat_at = next_on_grid(now + 1, self.heartbeat)
             self._sweep_at = next_on_grid(now + 1, SWEEP_EVERY)
@@ -185,6 +198,14 @@ class DynagentPolicy:
         self._deadline = deadline
         self._heartbeat_at = None if deadline is None else next_on_grid(deadline, self.heartbeat)
         self._sweep_at = None if deadline is None else next_on_grid(deadline, SWEEP_EVERY)
+
+    def _next_idle_end(self, now: int) -> int | None:
+        """When the bridge next publishes because an agent's idle period ran out."""
+        if self.idle_clock is None:
+            return None
+        period = self.pool.provider.max_idle_agent_period
+        end = self.idle_clock.next_end(period, at(now))
+        return None if end is None else seconds_at(end)
 
     def _next_deadline(self, now: int) -> int | None:
         """The first second after ``now`` at which a timer of the decision runs out.
