@@ -2,7 +2,7 @@
 
 The functions mark an agent idle from the first snapshot that shows it so (its
 ``time``) and terminate it at the first pass at least ``max_idle_agent_period`` later
-(``decide._walk_fleet``). With snapshots only on changes and the 30 s heartbeat, that
+(``decide.walk``). With snapshots only on changes and the 30 s heartbeat, that
 pass came up to 30 s after the period ran out, 15 s on average. Determined's
 provisioner checks every 5 s and terminates at the first check after the period
 (``scaling.go`` ``calculateInstanceStates``: ``now.After(t.Add(s.maxIdlePeriod))``):

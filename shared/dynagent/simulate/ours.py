@@ -225,7 +225,7 @@ class DynagentPolicy:
             idle = marks.get(Mark.IDLE_SINCE)
             if idle is not None:
                 # Half the idle period on, the idle mark of an agent pending tasks count
-                # on is renewed (decide._still_wanted).
+                # on is renewed (decide.marks.still_wanted).
                 deadlines.append(seconds_at(idle) + -(-self._periods[Mark.IDLE_SINCE] // 2))
         # A refused offering back in the catalog may be the cheaper shape for pending
         # tasks or the smallest one warm headroom is kept on.
