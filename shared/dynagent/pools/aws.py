@@ -241,13 +241,11 @@ class AwsProvider(ProvisionerFields):
 
     @property
     def machine_cap(self) -> int | None:
-        """The pool's cap in machines (None: none). Without offerings, ``max_instances``,
-        as in Determined. With them, only ``offerings.max_machines``: machines of several
-        sizes do not count the same, and what ``max_instances`` means to Determined is the
-        GPUs it buys (resource_pool.go ``CapacityCheck``), which ``slot_cap`` keeps."""
-        if self.offerings is None:
-            return self.max_instances
-        return self.offerings.max_machines
+        """The pool's cap in machines (None: none): ``machine_cap_of``."""
+        offerings = self.offerings
+        return self.machine_cap_of(
+            offerings is not None, offerings.max_machines if offerings else None
+        )
 
     @property
     def slot_cap(self) -> int | None:

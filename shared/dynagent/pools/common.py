@@ -156,6 +156,13 @@ class ProvisionerFields(StrictModel):
             instance_type_slots = largest
         return self.max_instances * instance_type_slots
 
+    def machine_cap_of(self, with_offerings: bool, max_machines: int | None) -> int | None:
+        """The pool's cap in machines (None: none). Without offerings, ``max_instances``,
+        as in Determined. With them, only ``offerings.max_machines``: machines of several
+        sizes do not count the same, and what ``max_instances`` means to Determined is the
+        GPUs it buys (resource_pool.go ``CapacityCheck``), which the cap in slots keeps."""
+        return max_machines if with_offerings else self.max_instances
+
     def check_max_machines(self, max_machines: int | None) -> None:
         """``offerings.max_machines`` leaves room for ``min_instances``."""
         if max_machines is not None and max_machines < self.min_instances:
