@@ -24,6 +24,11 @@ from dynagent.offerings import Offering
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 
 
+class LaunchNotVisible(RuntimeError):
+    """What a launch started did not show in the cloud's listing in time: retrying the
+    pass is safe, as the launch's token or names make a repeat start nothing new."""
+
+
 @dataclass(frozen=True)
 class LaunchResult:
     """What a launch started: instance ids, or request ids for spot requests."""

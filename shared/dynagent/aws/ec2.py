@@ -21,7 +21,7 @@ from dynagent.fallback import Attempt, launch_with_fallback
 from dynagent.fleet import Fleet, Instance, InstanceState, RequestState, SpotRequest
 from dynagent.offerings import Offering, Purchase
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
-from dynagent.provider import LaunchResult
+from dynagent.provider import LaunchNotVisible, LaunchResult
 
 from . import tags
 from .fleet_launch import (
@@ -62,10 +62,6 @@ USER_DATA_LIMIT = 16 * 1024
 # beyond EC2's usual lag of seconds, and within max_idle_agent_period, so an instance
 # that never shows is forgotten before anything would have reaped it.
 IN_FLIGHT_FOR = timedelta(minutes=10)
-
-
-class LaunchNotVisible(RuntimeError):
-    """Launched instances did not show in describe calls in time; retrying is safe."""
 
 
 def client_token(launch_key: str, index: int = 0) -> str:

@@ -26,7 +26,7 @@ from dynagent.fleet import Fleet, Instance
 from dynagent.offerings import Offering, Purchase
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 from dynagent.pools.gcp import GcpProvider
-from dynagent.provider import LaunchResult
+from dynagent.provider import LaunchNotVisible, LaunchResult
 
 from . import labels as gce_labels
 from .instance_body import instance_body, instance_names, offering_names, startup_script
@@ -45,10 +45,6 @@ _REQUEST_IDS = uuid.UUID("6f1d3c52-3a5e-4b8e-9a61-1f4f3e2c9d10")
 # down. Every call retried is a read or carries a requestId, so a repeat does it once.
 TRANSIENT = (google_errors.TooManyRequests, google_errors.ServiceUnavailable)
 RETRIES = 4  # after the first try: 1 + 2 + 4 + 8 s of backoff at most
-
-
-class LaunchNotVisible(RuntimeError):
-    """Created VMs did not show in the list in time; retrying is safe (same names)."""
 
 
 def request_id(name: str, action: str) -> str:
