@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from dynagent.offerings import Offering
 from dynagent.plan import Launch
-from dynagent.provider import LaunchResult
+from dynagent.provider import LaunchErrorKind, LaunchResult
 
 # How long an offering the cloud had no capacity for is left out of decisions. Karpenter
 # keeps its unavailable-offerings cache 3 minutes; GPU stockouts tend to last longer.
@@ -40,6 +40,8 @@ class Attempt:
     out_of_capacity: bool = False
     # The cloud refused for another reason (bad parameters, permissions): stop here.
     error: str | None = None
+    # What that refusal comes to, as the adapter classified it.
+    error_kind: LaunchErrorKind = LaunchErrorKind.OTHER
     # The call's token was used already: an earlier try of this plan launched these.
     replayed: bool = False
 
@@ -91,7 +93,7 @@ def launch_with_fallback(
         placed += [(instance_id, offering) for instance_id in attempt.started]
         replayed |= attempt.replayed
         if attempt.error is not None:
-            return _result(placed, refused, replayed, attempt.error)
+            return _result(placed, refused, replayed, attempt.error, attempt.error_kind)
         done = len(group) if attempt.replayed else len(attempt.started)
         if done < len(group) and not attempt.out_of_capacity:
             break  # fewer than asked and no reason given: the next pass asks again
@@ -102,18 +104,23 @@ def launch_with_fallback(
         done_positions = {p for p, _ in group[:done]}
         waiting = [(p, i) for p, i in waiting if p not in done_positions]
     unmet = 0 if replayed else len(launches) - len(placed)
-    error = None
     if refused and unmet > 0:
         error = f"{NO_CAPACITY} {unmet} machine(s): tried {', '.join(refused)}"
-    return _result(placed, refused, replayed, error)
+        return _result(placed, refused, replayed, error, LaunchErrorKind.CAPACITY)
+    return _result(placed, refused, replayed, None, None)
 
 
 def _result(
-    placed: list[tuple[str, Offering]], refused: list[str], replayed: bool, error: str | None
+    placed: list[tuple[str, Offering]],
+    refused: list[str],
+    replayed: bool,
+    error: str | None,
+    kind: LaunchErrorKind | None,
 ) -> LaunchResult:
     return LaunchResult(
         tuple(instance_id for instance_id, _ in placed),
         error=error,
+        error_kind=kind,
         replayed=replayed,
         unavailable=tuple(refused),
         placements=tuple(placed),

@@ -18,67 +18,18 @@ What a pass emits:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
 from dynagent.config import Pool
-from dynagent.fallback import NO_CAPACITY
 from dynagent.fleet import Fleet
 from dynagent.metrics import AGENT_STATES, INSTANCE_STATES, Point, point
 from dynagent.plan import Launch, Plan
-from dynagent.provider import LaunchResult
+from dynagent.provider import LaunchErrorKind, LaunchResult
 from dynagent.reconcile import Outcome
 from dynagent.snapshot import Snapshot, snapshot_age
-
-# Words in a refused launch's error, by LaunchErrors code; the first code that matches
-# wins. EC2 error codes, Compute Engine's, and the fallback's own summary.
-ERROR_MARKERS: dict[str, tuple[str, ...]] = {
-    "capacity": (
-        "InsufficientInstanceCapacity",
-        "InsufficientCapacity",
-        "UnfulfillableCapacity",
-        "InsufficientHostCapacity",
-        "capacity-not-available",
-        NO_CAPACITY,
-        "no capacity",
-        "ZONE_RESOURCE_POOL_EXHAUSTED",
-        "RESOURCE_POOL_EXHAUSTED",
-        "STOCKOUT",
-    ),
-    "quota": (
-        "InstanceLimitExceeded",
-        "VcpuLimitExceeded",
-        "MaxSpotInstanceCountExceeded",
-        "QUOTA_EXCEEDED",
-        "quotaExceeded",
-    ),
-    "throttling": (
-        "RequestLimitExceeded",
-        "Throttling",
-        "ThrottlingException",
-        "rateLimitExceeded",
-        "RATE_LIMIT_EXCEEDED",
-        "429",
-    ),
-}
-
-
-# Whole words only: "429" is a status, not part of an id or a count.
-_PATTERNS = {
-    code: re.compile("|".join(rf"\b{re.escape(m)}\b" for m in markers), re.IGNORECASE)
-    for code, markers in ERROR_MARKERS.items()
-}
-
-
-def launch_error_code(error: str) -> str:
-    """The LaunchErrors code of a refused launch's error: capacity, quota, throttling, other."""
-    for code, pattern in _PATTERNS.items():
-        if pattern.search(error):
-            return code
-    return "other"
 
 
 def pass_points(outcome: Outcome, pool: Pool | None, now: datetime) -> list[Point]:
@@ -169,12 +120,14 @@ def _launched(launches: tuple[Launch, ...], launch: LaunchResult | None) -> Coun
 
 def _launch_errors(launch: LaunchResult) -> Counter[str]:
     """One capacity error per offering the cloud refused for capacity, and one for the
-    launch's error unless it only sums those refusals up."""
+    launch's error, by the kind its adapter gave it, unless it only sums those refusals
+    up."""
     errors: Counter[str] = Counter()
     if launch.unavailable:
-        errors["capacity"] += len(launch.unavailable)
-    if launch.error and not (launch.unavailable and launch.error.startswith(NO_CAPACITY)):
-        errors[launch_error_code(launch.error)] += 1
+        errors[LaunchErrorKind.CAPACITY.value] += len(launch.unavailable)
+    kind = launch.error_kind or LaunchErrorKind.OTHER
+    if launch.error and not (launch.unavailable and kind is LaunchErrorKind.CAPACITY):
+        errors[kind.value] += 1
     return errors
 
 

@@ -16,12 +16,28 @@ Assumptions, as the adapters meet them:
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Protocol
 
 from dynagent.fleet import Fleet
 from dynagent.offerings import Offering
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+
+
+class LaunchErrorKind(enum.Enum):
+    """What a cloud's refusal of a launch comes to, whatever its words: each adapter
+    classifies its own cloud's codes, and the core, the re-pack and the metrics read the
+    kind, never the message. The values are the ``LaunchErrors`` metric's codes."""
+
+    # No capacity for the offering now (a stockout): another offering may have some.
+    CAPACITY = "capacity"
+    # An account or project limit: vCPUs, GPUs, spot instances.
+    QUOTA = "quota"
+    # The API's rate limit.
+    THROTTLED = "throttling"
+    # Anything else: bad parameters, permissions, configuration.
+    OTHER = "other"
 
 
 class LaunchNotVisible(RuntimeError):
@@ -36,6 +52,8 @@ class LaunchResult:
     started: tuple[str, ...] = ()
     # The cloud's own words when it refused, e.g. "InsufficientInstanceCapacity: ...".
     error: str | None = None
+    # What the refusal comes to, as the adapter classified it (None: no error).
+    error_kind: LaunchErrorKind | None = None
     # True when the launch token had been used already: an earlier run launched these.
     replayed: bool = False
     # Keys of offerings the cloud refused for capacity in this launch (``Offering.key``).

@@ -26,11 +26,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from dynagent.fallback import NO_CAPACITY
 from dynagent.fleet import Fleet, Instance, InstanceState
 from dynagent.offerings import Purchase
 from dynagent.plan import Plan
-from dynagent.provider import LaunchResult, Provider
+from dynagent.provider import LaunchErrorKind, LaunchResult, Provider
 
 # The pass's decision, taken again on a fleet: what it started is there, and what had no
 # capacity is unavailable.
@@ -62,7 +61,7 @@ class Repack:
 
 def found_no_capacity(result: LaunchResult) -> bool:
     """Some launches ran out of offerings, every one refused for capacity."""
-    return bool(result.unavailable) and (result.error or "").startswith(NO_CAPACITY)
+    return bool(result.unavailable) and result.error_kind is LaunchErrorKind.CAPACITY
 
 
 def repack_key(launch_key: str, round_: int) -> str:
@@ -136,6 +135,7 @@ def combined(first: LaunchResult, then: LaunchResult) -> LaunchResult:
     return LaunchResult(
         started=first.started + then.started,
         error=then.error,
+        error_kind=then.error_kind,
         replayed=first.replayed or then.replayed,
         unavailable=first.unavailable + then.unavailable,
         placements=first.placements + then.placements,

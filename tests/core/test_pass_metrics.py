@@ -9,9 +9,9 @@ import pytest
 from dynagent.decide import decide
 from dynagent.fleet import InstanceState
 from dynagent.metrics import BY_NAME, CATALOG, Point, point
-from dynagent.pass_metrics import dead_letter_point, launch_error_code, pass_points
+from dynagent.pass_metrics import dead_letter_point, pass_points
 from dynagent.plan import Launch, Plan
-from dynagent.provider import LaunchResult
+from dynagent.provider import LaunchErrorKind, LaunchResult
 from dynagent.reconcile import Outcome
 from dynagent.snapshot import Agent, Snapshot
 
@@ -147,7 +147,9 @@ def test_launch_errors_count_each_refusal_once() -> None:
     plan = Plan(POOL_NAME, "gpu:7", NOW, launches=(Launch("pending"),) * 3)
     # Two offerings out of capacity and the fallback's summary of them: two errors.
     exhausted = LaunchResult(
-        error="no capacity for 3 machine(s): tried a, b", unavailable=("a", "b")
+        error="no capacity for 3 machine(s): tried a, b",
+        error_kind=LaunchErrorKind.CAPACITY,
+        unavailable=("a", "b"),
     )
     assert values(pass_points(Outcome(POOL_NAME, plan, exhausted), None, NOW)) == {
         ("LaunchErrors", "capacity"): 2
@@ -156,6 +158,7 @@ def test_launch_errors_count_each_refusal_once() -> None:
     quota = LaunchResult(
         started=("i-1",),
         error="VcpuLimitExceeded: You have requested more vCPU",
+        error_kind=LaunchErrorKind.QUOTA,
         unavailable=("a",),
     )
     assert values(pass_points(Outcome(POOL_NAME, plan, quota), None, NOW)) == {
@@ -166,26 +169,33 @@ def test_launch_errors_count_each_refusal_once() -> None:
 
 
 @pytest.mark.parametrize(
-    ("error", "code"),
+    ("kind", "code"),
     [
-        ("InsufficientInstanceCapacity: We currently do not have sufficient capacity", "capacity"),
-        ("UnfulfillableCapacity: Unable to fulfill capacity", "capacity"),
-        (
-            "dynagent-t4-3-0: ZONE_RESOURCE_POOL_EXHAUSTED: The zone does not have enough",
-            "capacity",
-        ),
-        ("no capacity for 2 machine(s): tried p3.2xlarge/subnet-1/spot", "capacity"),
-        ("InstanceLimitExceeded: You have requested more instances", "quota"),
-        ("MaxSpotInstanceCountExceeded: Max spot instance count exceeded", "quota"),
-        ("dynagent-t4-3-0: QUOTA_EXCEEDED: Quota 'NVIDIA_T4_GPUS' exceeded", "quota"),
-        ("RequestLimitExceeded: Request limit exceeded.", "throttling"),
-        ("429 Too Many Requests: rateLimitExceeded", "throttling"),
-        ("InvalidParameterValue: bad AMI ami-04290001", "other"),
-        ("Unsupported: The requested configuration is not supported", "other"),
+        (LaunchErrorKind.CAPACITY, "capacity"),
+        (LaunchErrorKind.QUOTA, "quota"),
+        (LaunchErrorKind.THROTTLED, "throttling"),
+        (LaunchErrorKind.OTHER, "other"),
+        (None, "other"),
     ],
 )
-def test_launch_errors_are_classified_by_the_clouds_codes(error: str, code: str) -> None:
-    assert launch_error_code(error) == code
+def test_launch_errors_are_counted_by_the_kind_their_adapter_gave(
+    kind: LaunchErrorKind | None, code: str
+) -> None:
+    # The metrics read the kind, never the message: the words here mean nothing.
+    plan = Plan(POOL_NAME, "gpu:7", NOW, launches=(Launch("pending"),))
+
+    def errors(launch: LaunchResult) -> dict[tuple[str, ...], float]:
+        return values(pass_points(Outcome(POOL_NAME, plan, launch), None, NOW))
+
+    assert errors(LaunchResult(error="words of a cloud", error_kind=kind)) == {
+        ("LaunchErrors", code): 1
+    }
+    # A launch that only sums up the offerings refused for capacity counts those.
+    summed = LaunchResult(error="x", error_kind=kind, unavailable=("a@1/spot", "b@1/spot"))
+    expected = {("LaunchErrors", "capacity"): 2}
+    if kind is not LaunchErrorKind.CAPACITY:
+        expected[("LaunchErrors", code)] = expected.get(("LaunchErrors", code), 0) + 1
+    assert errors(summed) == expected
 
 
 def test_pending_at_max_is_set_only_when_max_instances_holds_demand_back() -> None:

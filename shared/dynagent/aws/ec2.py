@@ -32,6 +32,7 @@ from .fleet_launch import (
     lowest_spot_prices,
     template_data,
 )
+from .refusals import refusal_kind
 
 # EC2 takes at most this many ids in one TerminateInstances or CreateTags call.
 MAX_IDS_PER_CALL = 1000
@@ -231,7 +232,8 @@ class Ec2Provider:
                 # An earlier try of this same snapshot launched already, with another count.
                 return LaunchResult(replayed=True)
             if code in LAUNCH_REFUSALS:
-                return LaunchResult(error=f"{code}: {error.response['Error'].get('Message', '')}")
+                message = f"{code}: {error.response['Error'].get('Message', '')}"
+                return LaunchResult(error=message, error_kind=refusal_kind(code))
             raise
         self._wait_visible(result.started, requests=self.config.spot)
         return result

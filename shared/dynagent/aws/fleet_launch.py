@@ -32,6 +32,7 @@ from dynagent.fleet import Instance, SpotRequest
 from dynagent.offerings import Offering, Purchase
 
 from . import tags
+from .refusals import refusal_kind
 
 # Fleet errors that mean "not this offering now": try the next one, remember this one.
 CAPACITY_ERRORS = frozenset(
@@ -219,11 +220,12 @@ class FleetLauncher:
             if code in CAPACITY_ERRORS:
                 return Attempt(out_of_capacity=True)
             message = error.response.get("Error", {}).get("Message", "")
-            return Attempt(error=self._explain(code, f"{code}: {message}", offering))
-        attempt = _attempt(response, count)
+            error_text = self._explain(code, f"{code}: {message}", offering)
+            return Attempt(error=error_text, error_kind=refusal_kind(code))
+        attempt, code = _attempt(response, count)
         if attempt.error is not None:
-            code = attempt.error.split(":", 1)[0]
-            return Attempt(attempt.started, error=self._explain(code, attempt.error, offering))
+            error_text = self._explain(code, attempt.error, offering)
+            return Attempt(attempt.started, error=error_text, error_kind=refusal_kind(code))
         return attempt
 
     def fleet_request(
@@ -284,22 +286,23 @@ class FleetLauncher:
         return error
 
 
-def _attempt(response: dict[str, Any], count: int) -> Attempt:
-    """What an instant fleet's answer says: instances started, and why not more."""
+def _attempt(response: dict[str, Any], count: int) -> tuple[Attempt, str]:
+    """What an instant fleet's answer says: instances started, and why not more (with
+    the code of the error that stops the launch, or "")."""
     started = tuple(
         instance_id
         for item in response.get("Instances", [])
         for instance_id in item.get("InstanceIds", [])
     )
     if len(started) >= count:
-        return Attempt(started=started)
+        return Attempt(started=started), ""
     errors = response.get("Errors", [])
     codes = [str(e.get("ErrorCode", "")) for e in errors]
     if not codes or any(code in CAPACITY_ERRORS for code in codes):
-        return Attempt(started=started, out_of_capacity=True)
+        return Attempt(started=started, out_of_capacity=True), ""
     first = errors[0]
     error = f"{first.get('ErrorCode')}: {first.get('ErrorMessage', '')}"
-    return Attempt(started=started, error=error)
+    return Attempt(started=started, error=error), codes[0]
 
 
 def _code(error: ClientError) -> str:

@@ -26,10 +26,11 @@ from dynagent.fleet import Fleet, Instance
 from dynagent.offerings import Offering, Purchase
 from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
 from dynagent.pools.gcp import GcpProvider
-from dynagent.provider import LaunchNotVisible, LaunchResult
+from dynagent.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult
 
 from . import labels as gce_labels
 from .instance_body import instance_body, instance_names, offering_names, startup_script
+from .refusals import refusal_kind
 
 # The largest page instances.list returns.
 MAX_PAGE = 500
@@ -179,10 +180,14 @@ class GceProvider:
             return self._launch_offerings(plan, master)
         names = instance_names(self.config, plan.launch_key, len(plan.launches))
         operations, existing, errors = self._insert(names, plan.launch_key, master)
-        errors += [f"{name}: {problem}" for name, problem in self._wait(operations).items()]
+        failed = self._wait(operations)
+        kind = _kind(errors, failed)
+        errors += [f"{name}: {problem}" for name, problem in failed.items()]
         started = tuple(n for n in names if n in operations or n in existing)
         self._wait_visible(started)
-        return LaunchResult(started=started, error="; ".join(errors) or None)
+        if not errors:
+            return LaunchResult(started=started)
+        return LaunchResult(started=started, error="; ".join(errors), error_kind=kind)
 
     def _launch_offerings(self, plan: Plan, master: MasterAddress) -> LaunchResult:
         """Each VM on its first offering Compute Engine has capacity for."""
@@ -195,7 +200,10 @@ class GceProvider:
             codes = {code for problem in failed.values() for code in _codes(problem)}
             if errors or (failed and not codes <= CAPACITY_ERRORS):
                 problems = errors + [f"{n}: {p}" for n, p in failed.items()]
-                return Attempt(started=started, error="; ".join(problems))
+                kind = _kind(
+                    errors, {n: p for n, p in failed.items() if _codes(p) - CAPACITY_ERRORS}
+                )
+                return Attempt(started=started, error="; ".join(problems), error_kind=kind)
             return Attempt(started=started, out_of_capacity=bool(failed))
 
         result = launch_with_fallback(plan.launches, call, self.memory, self.clock())
@@ -348,6 +356,14 @@ class GceProvider:
         where = self._where(name)
         item = self.instances.get(**where, instance=name)
         return _Seen(dict(item.labels), item.label_fingerprint)
+
+
+def _kind(refused: list[str], failed: dict[str, str]) -> LaunchErrorKind:
+    """What a launch's errors come to: an insert the API refused outright (a bad request,
+    a permission) is ``OTHER``; else the failed operations' codes say."""
+    if refused:
+        return LaunchErrorKind.OTHER
+    return refusal_kind(code for problem in failed.values() for code in _codes(problem))
 
 
 def _codes(problem: str) -> set[str]:
