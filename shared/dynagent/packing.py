@@ -161,13 +161,15 @@ class Budget:
     Below the cap in slots, any shape is allowed: the cheapest cover is bought. Once a
     task waits at that cap, the room left is held for it: no machine is launched for a
     smaller task after it in the pass, so the slots that idle machines free as they are
-    reaped go to the shape that holds the large task, not back to small machines
-    (replaying cluster05 on 1-, 4- and 8-GPU machines with a cap of 80 slots and no such
-    hold: a p95 wait of 209 h against Determined's 4 h).
+    reaped go to the shape that holds the large task, not back to small machines one
+    freed slot at a time. (On cluster05 at 80 slots of g5 1/4/8 the hold changes nothing
+    measurable: there small tasks on small machines leave no slot free beside them.)
 
     With both caps (``offerings.max_machines`` set), the cap in machines must never bind
     first: a machine smaller than the ``largest`` is allowed only while the machines left
-    could still, at the largest size, reach the cap in slots.
+    could still, at the largest size, reach the cap in slots. Otherwise cheap small
+    machines fill it and large tasks wait with most of the slots unused (cluster05 at 10
+    machines of g5 1/4/8: a p95 wait of 209 h against Determined's 4 h).
     """
 
     machines: int | None
