@@ -96,8 +96,12 @@ class SpotRequest:
     id: str
     state: RequestState
     created_at: datetime
+    # The cloud's status, for people (EC2: "capacity-not-available", ...).
     status_code: str = ""
     status_updated_at: datetime | None = None
+    # The cloud says waiting will not fill it (since ``status_updated_at``): the adapter
+    # reads that from its cloud's status codes.
+    unfulfillable: bool = False
     instance_id: str | None = None
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from dynagent.aws.refusals import UNFULFILLABLE_SPOT_STATUSES
 from dynagent.config import Pool
 from dynagent.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
 from dynagent.snapshot import Agent, PendingTask, Snapshot
@@ -101,7 +102,8 @@ def spot_request(
     status_updated: datetime | None = None,
     instance_id: str | None = None,
 ) -> SpotRequest:
-    """A managed spot request; by default open, created a minute ago, still evaluating."""
+    """A managed spot request; by default open, created a minute ago, still evaluating.
+    Unfulfillable as the EC2 adapter reports it: by its status code."""
     return SpotRequest(
         id=request_id,
         state=state,
@@ -109,6 +111,7 @@ def spot_request(
         status_code=status_code,
         status_updated_at=status_updated,
         instance_id=instance_id,
+        unfulfillable=status_code in UNFULFILLABLE_SPOT_STATUSES,
     )
 
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from dynagent.aws.refusals import UNFULFILLABLE_SPOT_STATUSES
 from dynagent.config import Settings
-from dynagent.decide import UNFULFILLABLE_SPOT_STATUSES, decide
+from dynagent.decide import decide
 from dynagent.fleet import Fleet, InstanceState, Mark, RequestState
 from dynagent.plan import Adoption, MarkWrite, Plan
 from dynagent.snapshot import Agent, Snapshot

@@ -32,7 +32,7 @@ from .fleet_launch import (
     lowest_spot_prices,
     template_data,
 )
-from .refusals import refusal_kind
+from .refusals import UNFULFILLABLE_SPOT_STATUSES, refusal_kind
 
 # EC2 takes at most this many ids in one TerminateInstances or CreateTags call.
 MAX_IDS_PER_CALL = 1000
@@ -538,5 +538,6 @@ def _spot_request(item: dict[str, Any]) -> SpotRequest | None:
         created_at=item["CreateTime"],
         status_code=code,
         status_updated_at=status.get("UpdateTime"),
+        unfulfillable=code in UNFULFILLABLE_SPOT_STATUSES,
         instance_id=item.get("InstanceId"),
     )

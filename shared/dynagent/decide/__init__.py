@@ -20,7 +20,7 @@ from dynagent.decide.idle import agents_counted_on, reap_idle
 from dynagent.decide.launches import launch_key, master_unknown, plan_launches
 from dynagent.decide.marks import mark_writes, still_wanted
 from dynagent.decide.removals import INTERRUPTION_GRACE
-from dynagent.decide.spot_requests import UNFULFILLABLE_SPOT_STATUSES, review_spot_requests
+from dynagent.decide.spot_requests import review_spot_requests
 from dynagent.decide.trim import trim_to_max
 from dynagent.decide.walk import walk_fleet
 from dynagent.fleet import Fleet
@@ -28,7 +28,7 @@ from dynagent.packing import AT_CAP
 from dynagent.plan import Cancellation, Plan
 from dynagent.snapshot import Snapshot
 
-__all__ = ["INTERRUPTION_GRACE", "UNFULFILLABLE_SPOT_STATUSES", "decide"]
+__all__ = ["INTERRUPTION_GRACE", "decide"]
 
 
 def decide(

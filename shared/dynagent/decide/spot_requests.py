@@ -1,6 +1,6 @@
 """Spot requests: the instance of an active request is adopted, that of a cancelled one
-terminated; a request open past max_agent_starting_period, or stuck on a status that will
-not turn into an instance, is cancelled.
+terminated; a request open past max_agent_starting_period, or one the cloud says will not
+turn into an instance (``SpotRequest.unfulfillable``) past the grace, is cancelled.
 """
 
 from __future__ import annotations
@@ -11,16 +11,6 @@ from dynagent.fleet import RequestState, SpotRequest
 from dynagent.plan import (
     Adoption,
 )
-
-# Spot request status codes that will not turn into an instance by waiting.
-UNFULFILLABLE_SPOT_STATUSES = frozenset(
-    {
-        "bad-parameters", "capacity-not-available", "capacity-oversubscribed",
-        "constraint-not-fulfillable", "launch-group-constraint", "az-group-constraint",
-        "placement-group-constraint", "price-too-low", "not-scheduled-yet",
-        "schedule-expired", "system-error", "limit-exceeded",
-    }
-)  # fmt: skip
 
 
 def review_spot_requests(ctx: Context) -> None:
@@ -57,7 +47,7 @@ def stale_request_reason(ctx: Context, request: SpotRequest) -> str | None:
             f"open for {format_duration(waited)} "
             f"(max_agent_starting_period {format_duration(limit)})"
         )
-    if request.status_code in UNFULFILLABLE_SPOT_STATUSES:
+    if request.unfulfillable:
         stuck = ctx.now - (request.status_updated_at or request.created_at)
         if stuck >= ctx.settings.spot_request_grace:
             return f"status {request.status_code} for {format_duration(stuck)}"
