@@ -53,7 +53,7 @@ AT_MAX_SLOTS = "pool is at max_slots"
 AT_MAX_MACHINES = "pool is at max_machines"
 AT_CAP = (AT_MAX, AT_MAX_SLOTS, AT_MAX_MACHINES)
 # What a count of machines comes to when nothing caps it.
-_NO_CAP = 1 << 62
+NO_CAP = 1 << 62
 # scheduler_config.go: DefaultSchedulingPriority, the level of a task without one.
 DEFAULT_PRIORITY = 42
 
@@ -184,7 +184,7 @@ class Budget:
         """How many more machines of ``size`` slots the caps allow."""
         machines = self.machines
         if self.slots is None or size <= 0:
-            return max(0, machines) if machines is not None else _NO_CAP
+            return max(0, machines) if machines is not None else NO_CAP
         if self.held_for is not None:
             return 0
         allowed = self.slots // size
@@ -455,7 +455,7 @@ def _open_machines(demand: Demand, queue: _Queue, shapes: Sequence[Shape], budge
                 budget.hold(dropped[0].task, min(holding))
             stranded += dropped
             continue
-        room = _NO_CAP if budget.machines is None else budget.machines
+        room = NO_CAP if budget.machines is None else budget.machines
         bulk = _bulk(fitting, queue.total, room)
         if _open_whole(demand, queue, bulk, budget):
             continue

@@ -7,14 +7,11 @@ from __future__ import annotations
 from dynagent.decide.context import Context, request_is_capacity, takes_tasks
 from dynagent.fitting import agents_for_zero_slot, zero_slot_room
 from dynagent.offerings import Shape
-from dynagent.packing import AT_MAX, Demand
+from dynagent.packing import AT_MAX, NO_CAP, Demand
 from dynagent.plan import (
     Launch,
     Unschedulable,
 )
-
-# Machines the zero-slot rule may want when no cap counts them.
-NO_ROOM_LIMIT = 1 << 62
 
 
 def zero_slot_launches(
@@ -49,7 +46,7 @@ def zero_slot_launches(
     need = agents_for_zero_slot(len(left), max_aux)
     budget = demand.budget
     cap = ctx.provider.machine_cap
-    room = NO_ROOM_LIMIT if cap is None else max(0, cap - live - planned)
+    room = NO_CAP if cap is None else max(0, cap - live - planned)
     allowed = budget.count(smallest.slots) if budget is not None else room
     count = min(need, allowed)
     if count < need:
