@@ -24,10 +24,10 @@ from typing import Any
 
 from dynagent.aws.ec2 import Ec2Provider
 from dynagent.aws.tags import MARK_TAGS, POOL_TAG, format_time
-from dynagent.config import Config, config_from_document
-from dynagent.fleet import Mark
-from dynagent.reconcile import reconcile
-from dynagent.snapshot import Agent, PendingTask, Snapshot
+from dynagent.core.config import Config, config_from_document
+from dynagent.core.fleet import Mark
+from dynagent.core.snapshot import Agent, PendingTask, Snapshot
+from dynagent.run.reconcile import reconcile
 from dynagent.testing.aws import LocalAws
 
 FLEETS = (100, 1_000)

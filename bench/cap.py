@@ -17,7 +17,7 @@ from typing import Any
 
 from simulator import traces_dir
 
-from dynagent.config import parse_config
+from dynagent.core.config import parse_config
 from dynagent.simulate.boot import BootModel
 from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.metrics import limit_gpu_seconds, summarise

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dynagent.config import Pool
-from dynagent.decide import decide
-from dynagent.fleet import Fleet, Instance, InstanceState, Mark
-from dynagent.snapshot import parse_snapshot
+from dynagent.core.config import Pool
+from dynagent.core.decide import decide
+from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark
+from dynagent.core.snapshot import parse_snapshot
 
 # Agents (and pending tasks) per snapshot, and the rounds each is timed for.
 SIZES = {100: 51, 1_000: 51, 10_000: 21, 100_000: 7}

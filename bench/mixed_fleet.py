@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dynagent.config import parse_config
+from dynagent.core.config import parse_config
 from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.metrics import limit_gpu_seconds, summarise
 from dynagent.simulate.run import simulate

@@ -19,7 +19,7 @@ from typing import Any
 
 import mixed_fleet
 
-from dynagent.config import parse_config
+from dynagent.core.config import parse_config
 from dynagent.simulate.command import DEFAULT_POOL_YAML
 from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.metrics import limit_gpu_seconds, summarise

@@ -1,6 +1,6 @@
 """Every ``dynagent`` subcommand, given bad input: a short message, never a traceback.
 
-Each row runs the real command line, in this process through ``dynagent.cli.main`` or,
+Each row runs the real command line, in this process through ``dynagent.cli.main.main`` or,
 where the row is about credentials or endpoints the SDKs resolve once per process, in a
 subprocess with an environment that has none. It must exit non-zero, print no
 traceback, and name what was wrong (the file, field, pool, queue, topic or endpoint) in
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from dynagent import cli
 from dynagent.aws import clients as aws_clients
+from dynagent.cli import main as cli
 from dynagent.gcp import clients as gcp_clients
 from dynagent.gcp.status import PUBSUB_ENDPOINT_ENV
 from dynagent.testing.functions_server import free_port
@@ -365,7 +365,7 @@ def no_credentials_env(**extra: str) -> dict[str, str]:
 
 
 def run_dynagent(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "dynagent.cli", *argv]
+    command = [sys.executable, "-m", "dynagent.cli.main", *argv]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
 
 

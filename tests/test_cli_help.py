@@ -7,7 +7,7 @@ from importlib.metadata import version
 
 import pytest
 
-from dynagent import cli
+from dynagent.cli import main as cli
 
 
 def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

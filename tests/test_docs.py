@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dynagent.cli import _parser
+from dynagent.cli.main import _parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -113,7 +113,7 @@ def test_the_readme_shows_the_fifteen_minute_path() -> None:
 
 def test_the_readmes_trace_and_example_pool_are_in_a_clone() -> None:
     """Step 3 replays bench/traces/itp/cluster05.csv on the example config's pool `gpu`."""
-    from dynagent.config import load_config
+    from dynagent.files.config import load_config
     from dynagent.simulate.trace import load_trace
 
     (simulate,) = [c for c in shown_commands(README) if c.startswith("dynagent simulate")]

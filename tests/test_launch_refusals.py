@@ -7,7 +7,7 @@ import pytest
 
 from dynagent.aws.refusals import refusal_kind as ec2_kind
 from dynagent.gcp.refusals import refusal_kind as gce_kind
-from dynagent.provider import LaunchErrorKind
+from dynagent.run.provider import LaunchErrorKind
 
 CAPACITY, QUOTA, THROTTLED, OTHER = (
     LaunchErrorKind.CAPACITY, LaunchErrorKind.QUOTA, LaunchErrorKind.THROTTLED,

@@ -1,7 +1,9 @@
-"""The package's layout: what runs in the cloud never imports what only runs here.
+"""The package's layout: its layers import one way, and the core touches no system.
 
 ``dynagent.testing`` (local clouds) and ``dynagent.demo`` need moto and emulators that
 the Lambda and Cloud Functions builds leave out; a stray import would fail there only.
+``dynagent.core`` is the pure decision (docs/development.md): it may read only itself,
+pydantic, YAML text and the standard library's pure modules.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def within(name: str, packages: tuple[str, ...]) -> bool:
 
 def cloud_files() -> list[Path]:
     files = [p for p in PACKAGE.rglob("*.py") if not within(module_name(p), LOCAL_ONLY)]
-    files = [p for p in files if module_name(p) != "dynagent.cli"]
+    files = [p for p in files if module_name(p) != "dynagent.cli.main"]
     return files + sorted((ROOT / "functions").rglob("*.py"))
 
 
@@ -72,3 +74,87 @@ def test_the_package_has_no_import_cycle() -> None:
     for name in sorted(graph):
         visit(name, [], done)
     assert cycles == []
+
+
+# What each folder of the package may import of the others (docs/development.md, "The
+# layers"). A folder always imports itself; the command line may import everything.
+LAYERS: dict[str, set[str]] = {
+    "core": set(),
+    "files": {"core"},
+    "run": {"core"},
+    "report": {"core", "run"},
+    "aws": {"core", "files", "run", "report"},
+    "gcp": {"core", "files", "run", "report"},
+    "bridge": {"core", "files", "aws", "gcp"},
+    "simulate": {"core", "files", "run", "bridge"},
+    "testing": {"core", "files"},
+    "demo": {"core", "aws", "gcp", "testing"},
+}
+# The standard library's modules that reach outside the process or the clock, and the
+# clouds' SDKs: none has a place in the pure core.
+IMPURE = (
+    "os", "sys", "time", "pathlib", "io", "shutil", "tempfile", "subprocess", "socket",
+    "http", "urllib.request", "logging", "random", "threading", "asyncio", "importlib",
+    "boto3", "botocore", "google", "googleapiclient", "functions_framework",
+    "aws_lambda_powertools", "requests", "moto",
+)  # fmt: skip
+
+
+def folder_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else ""
+
+
+def test_each_folder_imports_only_the_layers_below_it() -> None:
+    folders = {folder_of(p) for p in PACKAGE.rglob("*.py")} - {""}
+    assert folders == {*LAYERS, "cli"}  # a new folder says where it sits
+    offenders: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        folder = folder_of(path)
+        if folder in ("", "cli"):
+            continue
+        allowed = {folder, *LAYERS[folder]}
+        wrong = sorted(
+            name
+            for name in imports(path)
+            if name.startswith("dynagent.") and name.split(".")[1] not in allowed
+        )
+        if wrong:
+            offenders[str(path.relative_to(ROOT))] = wrong
+    assert offenders == {}
+
+
+def test_the_core_touches_no_file_clock_environment_or_cloud() -> None:
+    core = sorted((PACKAGE / "core").rglob("*.py"))
+    assert len(core) > 25  # the walk found the core
+    offenders: dict[str, list[str]] = {}
+    for path in core:
+        tree = ast.parse(path.read_text())
+        wrong = sorted(
+            name for name in imports(path) if within(name, IMPURE) or name == "datetime.now"
+        )
+        # open() and the clock are reached without an import.
+        wrong += sorted(
+            f"{node.func.id}()"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("open", "input", "print", "exec", "eval")
+        )
+        # The time is decide's argument: datetime.now() would make a plan unrepeatable.
+        wrong += sorted(
+            f"{node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("datetime", "date")
+            and node.attr in ("now", "utcnow", "today")
+        )
+        if wrong:
+            offenders[str(path.relative_to(ROOT))] = wrong
+    assert offenders == {}
+
+
+def test_the_top_of_the_package_shows_its_layers() -> None:
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name not in ("__pycache__", "py.typed"))
+    assert entries == sorted([*LAYERS, "cli", "__init__.py"])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dynagent.config import load_config
+from dynagent.files.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
@@ -803,7 +803,7 @@ def observed(properties: dict[str, Any]) -> Expected:
 def alarm_problems(template: Template) -> list[str]:
     """Alarms that differ from EXPECTED_ALARMS, watch a metric not in CATALOG, or notify
     anything but the alarm topic."""
-    from dynagent.metrics import BY_NAME, NAMESPACE
+    from dynagent.report.metrics import BY_NAME, NAMESPACE
 
     problems = []
     alarms = resources(template, "AWS::CloudWatch::Alarm")
@@ -941,7 +941,7 @@ DASHBOARD_METRICS = {
 
 
 def dashboard_problems(template: Template) -> list[str]:
-    from dynagent.metrics import BY_NAME, NAMESPACE
+    from dynagent.report.metrics import BY_NAME, NAMESPACE
 
     problems = []
     body, names = dashboard_body(template)

@@ -54,8 +54,8 @@ def check_config(config: Path) -> str | None:
         sys.exit(f"build.py: config file {config} not found (set DYNAGENT_CONFIG_FILE)")
     sys.path.insert(0, str(PACKAGE.parent))
     try:
-        from dynagent.config import AwsProvider, ConfigError
-        from dynagent.packed_config import describe_left, pack_config
+        from dynagent.core.config import AwsProvider, ConfigError
+        from dynagent.files.packed import describe_left, pack_config
     except ImportError as error:
         # Only when SAM's Python lacks pydantic/PyYAML (`make sam` always has them).
         print(f"build.py: WARNING: config not checked ({error})", file=sys.stderr)

@@ -2,7 +2,7 @@
 
     monitoring.py DIR NAME [CHANNEL]
 
-Writes into DIR, from the metrics CATALOG (shared/dynagent/metrics.py):
+Writes into DIR, from the metrics CATALOG (shared/dynagent/report/metrics.py):
 
 - one log-based metric per catalog metric (``gcloud logging metrics create ID
   --config-from-file``): the functions log each point as a JSON entry with
@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from dynagent.metrics import CATALOG, MetricSpec
+from dynagent.report.metrics import CATALOG, MetricSpec
 
 # Cloud Monitoring units (UCUM) of CATALOG's CloudWatch units.
 UNITS = {"Count": "1", "Seconds": "s", "Milliseconds": "ms", "None": "1"}

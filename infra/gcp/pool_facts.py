@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from dynagent.config import ConfigError, GcpProvider
-from dynagent.packed_config import PackedConfig, pack_config
+from dynagent.core.config import ConfigError, GcpProvider
+from dynagent.files.packed import PackedConfig, pack_config
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 
 from dynagent.aws.sqs import SqsPublisher
-from dynagent.config import Config, config_from_document
-from dynagent.snapshot import Snapshot
+from dynagent.core.config import Config, config_from_document
+from dynagent.core.snapshot import Snapshot
 from dynagent.testing.event_source import queue_arn, sqs_event
 
 REGION = "us-west-2"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dynagent.aws import clients
-from dynagent.cli import main
+from dynagent.cli.main import main
 
 from .helpers import (
     fifo_queue,

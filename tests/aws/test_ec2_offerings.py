@@ -13,8 +13,8 @@ from typing import Any
 
 from dynagent.aws.ec2 import Ec2Provider
 from dynagent.aws.fleet_launch import WarmState, template_name
-from dynagent.reconcile import reconcile
-from dynagent.snapshot import PendingTask, Snapshot
+from dynagent.core.snapshot import PendingTask, Snapshot
+from dynagent.run.reconcile import reconcile
 from dynagent.testing.aws import LocalAws
 
 from .helpers import config, image_id, managed_instances, now, pool_document, tags_of

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from dynagent.aws.ec2 import Ec2Provider, client_token
-from dynagent.fleet import InstanceState, Mark, RequestState
-from dynagent.plan import Adoption, Cancellation, Launch, MarkWrite, Plan, Termination
-from dynagent.provider import LaunchNotVisible
-from dynagent.reconcile import reconcile
+from dynagent.core.fleet import InstanceState, Mark, RequestState
+from dynagent.core.plan import Adoption, Cancellation, Launch, MarkWrite, Plan, Termination
+from dynagent.run.provider import LaunchNotVisible
+from dynagent.run.reconcile import reconcile
 
 from .helpers import config, image_id, managed_instances, now, pool_document, snapshot, tags_of
 

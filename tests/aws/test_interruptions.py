@@ -16,10 +16,10 @@ import pytest
 
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.status import QueueTagStore
-from dynagent.fallback import NO_CAPACITY
-from dynagent.plan import Interruption
-from dynagent.reconcile import apply_snapshot
-from dynagent.status import Summary
+from dynagent.core.plan import Interruption
+from dynagent.report.status import Summary
+from dynagent.run.fallback import NO_CAPACITY
+from dynagent.run.reconcile import apply_snapshot
 from dynagent.testing.aws import LocalAws
 
 from .helpers import (

@@ -18,8 +18,8 @@ import pytest
 
 from dynagent.aws.emf import EmfWriter
 from dynagent.aws.functions import AwsFunctions
-from dynagent.metrics import BY_NAME, NAMESPACE
-from dynagent.prices import AWS_ON_DEMAND
+from dynagent.core.prices import AWS_ON_DEMAND
+from dynagent.report.metrics import BY_NAME, NAMESPACE
 from dynagent.testing.event_source import LambdaContext
 
 from .helpers import (

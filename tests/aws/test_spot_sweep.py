@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from dynagent.aws.ec2 import Ec2Provider
-from dynagent.reconcile import sweep
+from dynagent.run.reconcile import sweep
 from dynagent.testing.aws import LocalAws
 
 from .helpers import config, image_id, managed_instances, now, pool_document

@@ -14,12 +14,12 @@ import pytest
 from dynagent.aws import clients
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.status import STATUS_TAG, QueueTagStore, summary_from_tags
-from dynagent.cli import main
-from dynagent.config import Config
+from dynagent.cli.main import main
+from dynagent.cli.status_command import AwsSource, statuses, write
+from dynagent.core.config import Config
 from dynagent.demo.aws_rig import AwsRig
 from dynagent.demo.pools import demo_config
 from dynagent.demo.run import START, Demo, Timeline, VirtualClock
-from dynagent.status_command import AwsSource, statuses, write
 from dynagent.testing.aws import LocalAws
 
 MIDDAY = timedelta(minutes=9)

@@ -15,9 +15,9 @@ from typing import Any, Final, Literal
 
 from dynagent.aws.ec2 import Ec2Provider
 from dynagent.aws.fleet_launch import template_name
-from dynagent.config import AwsProvider, Pool
-from dynagent.gpus import aws_gpus
-from dynagent.reconcile import reconcile
+from dynagent.core.config import AwsProvider, Pool
+from dynagent.core.gpus import aws_gpus
+from dynagent.run.reconcile import reconcile
 
 from ..aws.helpers import config, image_id, managed_instances, now, pool_document, snapshot
 from ..gcp.helpers import gcp_pool_document, managed

@@ -14,13 +14,18 @@ import pytest
 
 from dynagent.aws.ec2 import AGENT_ID_COMMAND as EC2_AGENT_ID
 from dynagent.aws.ec2 import MACHINE_TYPE_COMMAND as EC2_MACHINE_TYPE
-from dynagent.boot import agent_boot, machine_gpus, master_address, render
-from dynagent.boot.contract import AGENT_CONFIG, CONTAINER_STARTUP_SCRIPT, MASTER_CERT, slot_type
-from dynagent.boot.master import MasterUrlError
-from dynagent.config import GcpProvider, Pool
-from dynagent.decide import decide
+from dynagent.core.boot import agent_boot, machine_gpus, master_address, render
+from dynagent.core.boot.contract import (
+    AGENT_CONFIG,
+    CONTAINER_STARTUP_SCRIPT,
+    MASTER_CERT,
+    slot_type,
+)
+from dynagent.core.boot.master import MasterUrlError
+from dynagent.core.config import GcpProvider, Pool
+from dynagent.core.decide import decide
+from dynagent.core.snapshot import parse_snapshot
 from dynagent.gcp.instance_body import AGENT_ID_COMMAND as GCE_AGENT_ID
-from dynagent.snapshot import parse_snapshot
 
 from ..core.builders import NOW, fleet, provider_fields, snapshot, snapshot_document, task
 
@@ -250,8 +255,8 @@ def test_a_snapshot_without_master_addresses_stays_readable() -> None:
 
 
 def test_validate_says_an_alias_master_url_needs_the_bridge_on_the_masters_host() -> None:
-    from dynagent.cli import describe_config
-    from dynagent.config import Config
+    from dynagent.cli.main import describe_config
+    from dynagent.core.config import Config
 
     pools = {"gpu": aws(master_url="http://local-ipv4:8080"), "t4": gcp()}
     lines = describe_config(Config(pools=pools))

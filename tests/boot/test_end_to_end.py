@@ -22,11 +22,11 @@ from typing import Any
 
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.tags import MARK_TAGS
-from dynagent.config import load_config
-from dynagent.fleet import Mark
+from dynagent.core.fleet import Mark
+from dynagent.core.gpus import aws_gpus
+from dynagent.files.config import load_config
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import MARK_LABELS
-from dynagent.gpus import aws_gpus
 from dynagent.testing.agent_machine import AgentMachine
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.determined import DEFAULT_PASSWORD, AgentRegistration, LocalDetermined
@@ -55,7 +55,7 @@ def bridge_once(
 ) -> None:
     """``dynagent bridge --once`` as an admin runs it next to the master."""
     done = subprocess.run(
-        [sys.executable, "-m", "dynagent.cli", "bridge", "--master", master.url,
+        [sys.executable, "-m", "dynagent.cli.main", "bridge", "--master", master.url,
          "--config", str(config), "--to", to, "--once", "--master-host", host],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

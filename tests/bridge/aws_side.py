@@ -9,8 +9,8 @@ from typing import Any
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.sqs import SqsPublisher
 from dynagent.aws.tags import POOL_TAG
-from dynagent.config import Config
-from dynagent.snapshot import Snapshot
+from dynagent.core.config import Config
+from dynagent.core.snapshot import Snapshot
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.event_source import LambdaContext, deliver_once, queue_arn, sqs_event
 

@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 from dynagent.bridge.client import Credentials, MasterClient
 from dynagent.bridge.loop import Bridge
-from dynagent.config import Config, Pool
-from dynagent.snapshot import Snapshot
+from dynagent.core.config import Config, Pool
+from dynagent.core.snapshot import Snapshot
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
 from dynagent.testing.scaled_pools import add_scaled_pools
 

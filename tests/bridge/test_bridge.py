@@ -15,9 +15,9 @@ import pytest
 
 from dynagent.bridge.client import Credentials, MasterClient
 from dynagent.bridge.loop import Bridge
-from dynagent.config import Config, config_from_document
-from dynagent.decide import decide
-from dynagent.snapshot import Snapshot
+from dynagent.core.config import Config, config_from_document
+from dynagent.core.decide import decide
+from dynagent.core.snapshot import Snapshot
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
 from dynagent.testing.scaled_pools import add_scaled_pools
 from tests.core.builders import agent_instance, ago, fleet
@@ -465,7 +465,7 @@ def test_print_once_from_the_command_line(
     config.write_text("\n".join(lines) + "\n")
     token = tmp_path / "token"
     token.write_text(master.login("admin") + "\n")
-    command = [sys.executable, "-m", "dynagent.cli", "bridge", "--master", master.url]
+    command = [sys.executable, "-m", "dynagent.cli.main", "bridge", "--master", master.url]
     done = subprocess.run(
         [*command, "--config", str(config), "--print", "--once", "--token-file", str(token)],
         capture_output=True,

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 from dynagent.bridge.drain import DrainAction, Drainer
 from dynagent.bridge.reading import AgentReading, PoolReading
-from dynagent.config import Pool
-from dynagent.snapshot import PendingTask
+from dynagent.core.config import Pool
+from dynagent.core.snapshot import PendingTask
 from tests.core.builders import pool
 
 NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)

@@ -21,7 +21,7 @@ import pytest
 
 from dynagent.bridge.client import Credentials, MasterClient
 from dynagent.bridge.loop import BridgeRefused
-from dynagent.config import load_config
+from dynagent.files.config import load_config
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.det_cli import DET, DetCli, command, experiment, notebook, shell
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
@@ -64,7 +64,7 @@ def cluster(aws: LocalAws, master: LocalDetermined, pools_file: Path) -> Cluster
 def master_config_command(pools: Path) -> str:
     """``dynagent master-config --config POOLS``, the command an admin runs."""
     done = subprocess.run(
-        [sys.executable, "-m", "dynagent.cli", "master-config", "--config", str(pools)],
+        [sys.executable, "-m", "dynagent.cli.main", "master-config", "--config", str(pools)],
         capture_output=True,
         text=True,
         timeout=60,

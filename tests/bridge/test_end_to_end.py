@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from dynagent.bridge.loop import ENABLE_AFTER_REPORT
-from dynagent.snapshot import DRAINING_REPORT_LEASE, Snapshot
+from dynagent.core.snapshot import DRAINING_REPORT_LEASE, Snapshot
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.determined import LocalDetermined
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from dynagent.config import Pool, config_from_document
-from dynagent.gpus import aws_gpus
+from dynagent.core.config import Pool, config_from_document
+from dynagent.core.gpus import aws_gpus
 from dynagent.testing.determined import LocalDetermined
 
 from ..aws.helpers import image_id, pool_document

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dynagent.bridge.reading import read_pools
-from dynagent.snapshot import PendingTask
+from dynagent.core.snapshot import PendingTask
 
 
 def agent(agent_id: str, used: int, slots: int = 4, **fields: Any) -> dict[str, Any]:

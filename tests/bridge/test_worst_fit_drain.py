@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 
 from dynagent.bridge.drain import Drainer
 from dynagent.bridge.reading import AgentReading, PoolReading
-from dynagent.decide import decide
-from dynagent.fleet import Fleet
-from dynagent.snapshot import Agent, PendingTask, Snapshot
+from dynagent.core.decide import decide
+from dynagent.core.fleet import Fleet
+from dynagent.core.snapshot import Agent, PendingTask, Snapshot
 from tests.core.builders import agent_instance, ago, pool
 
 NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from dynagent.config import config_from_document
-from dynagent.snapshot import parse_snapshot
+from dynagent.core.config import config_from_document
+from dynagent.core.snapshot import parse_snapshot
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.determined import LocalDetermined
 

@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dynagent.aws.refusals import UNFULFILLABLE_SPOT_STATUSES
-from dynagent.config import Pool
-from dynagent.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
-from dynagent.snapshot import Agent, PendingTask, Snapshot
+from dynagent.core.config import Pool
+from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
+from dynagent.core.snapshot import Agent, PendingTask, Snapshot
 
 NOW = datetime(2024, 5, 1, 12, 0, 30, tzinfo=UTC)
 POOL_NAME = "gpu"

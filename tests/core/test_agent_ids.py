@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dynagent.decide import decide
+from dynagent.core.decide import decide
 from tests.core.builders import NOW, agent_instance, ago, busy, fleet, idle, pool, snapshot
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dynagent.decide import decide
-from dynagent.fleet import InstanceState
-from dynagent.plan import LAUNCH_CAUSES, TERMINATION_CAUSES
+from dynagent.core.decide import decide
+from dynagent.core.fleet import InstanceState
+from dynagent.core.plan import LAUNCH_CAUSES, TERMINATION_CAUSES
 from tests.core.builders import (
     NOW,
     agent_instance,

@@ -10,14 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dynagent.config import (
-    Config,
-    ConfigError,
-    Settings,
-    config_from_document,
-    load_config,
-    parse_config,
-)
+from dynagent.core.config import Config, ConfigError, Settings, config_from_document, parse_config
+from dynagent.files.config import load_config
 from tests.core.builders import IMAGE_ID
 
 # A resource pool as an admin has it in Determined's master.yaml, pasted unchanged.

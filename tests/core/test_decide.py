@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from dynagent.aws.refusals import UNFULFILLABLE_SPOT_STATUSES
-from dynagent.config import Settings
-from dynagent.decide import decide
-from dynagent.fleet import Fleet, InstanceState, Mark, RequestState
-from dynagent.plan import Adoption, MarkWrite, Plan
-from dynagent.snapshot import Agent, Snapshot
+from dynagent.core.config import Settings
+from dynagent.core.decide import decide
+from dynagent.core.fleet import Fleet, InstanceState, Mark, RequestState
+from dynagent.core.plan import Adoption, MarkWrite, Plan
+from dynagent.core.snapshot import Agent, Snapshot
 from tests.core.builders import (
     NOW,
     agent_instance,
@@ -844,8 +844,9 @@ def test_same_inputs_same_plan_for_a_busy_pool() -> None:
 def test_core_imports_no_cloud_sdk() -> None:
     code = (
         "import sys\n"
-        "import dynagent.config, dynagent.decide, dynagent.durations, dynagent.fleet\n"
-        "import dynagent.gpus, dynagent.packing, dynagent.plan, dynagent.snapshot\n"
+        "import dynagent.core.config, dynagent.core.decide, dynagent.core.durations\n"
+        "import dynagent.core.fleet, dynagent.core.gpus, dynagent.core.packing\n"
+        "import dynagent.core.plan, dynagent.core.snapshot\n"
         # Bare 'google' and 'google.cloud' are namespace packages that a .pth file of
         # functions-framework imports at start-up; the SDKs are what must stay out.
         "sdks = ('boto3', 'botocore', 'googleapiclient', 'google.cloud.compute_v1', "

@@ -7,10 +7,10 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
-from dynagent.decide import decide
-from dynagent.fleet import Fleet, Instance
-from dynagent.plan import Plan
-from dynagent.snapshot import Agent
+from dynagent.core.decide import decide
+from dynagent.core.fleet import Fleet, Instance
+from dynagent.core.plan import Plan
+from dynagent.core.snapshot import Agent
 from tests.core.builders import NOW, agent_instance, ago, pool, snapshot, starting, task
 
 V100S = ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]

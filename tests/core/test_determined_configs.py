@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from dynagent.cli import describe_config
-from dynagent.config import AwsProvider, Config, ConfigError, GcpProvider, parse_config
-from dynagent.pools.aws import DEFAULT_IMAGE_IDS
+from dynagent.cli.main import describe_config
+from dynagent.core.config import AwsProvider, Config, ConfigError, GcpProvider, parse_config
+from dynagent.core.pools.aws import DEFAULT_IMAGE_IDS
 from tests.core.builders import IMAGE_ID
 
 AWS_ENV = {"AWS_REGION": "us-west-2"}
@@ -393,7 +393,7 @@ def test_validate_lists_ignored_fields_and_warnings_per_pool() -> None:
     lines = describe_config(load(yaml.safe_dump(document), AWS_ENV))
 
     text = "\n".join(lines)
-    # Honoured (dynagent.launch_errors), so not listed as ignored.
+    # Honoured (dynagent.run.launch_errors), so not listed as ignored.
     assert "launch_error_timeout" not in text and "launch_error_retries" not in text
     assert "warning: agent_fluent_image is ignored" in text
     assert "ssh_key_name is not set" in text, "the spot pool has no key"

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from dynagent.config import Pool
-from dynagent.decide import decide
-from dynagent.snapshot import Agent, parse_snapshot
+from dynagent.core.config import Pool
+from dynagent.core.decide import decide
+from dynagent.core.snapshot import Agent, parse_snapshot
 from tests.core.builders import (
     NOW,
     agent_instance,

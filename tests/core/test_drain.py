@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from dynagent.decide import decide
-from dynagent.snapshot import DRAINING_REPORT_LEASE, Agent, parse_snapshot
+from dynagent.core.decide import decide
+from dynagent.core.snapshot import DRAINING_REPORT_LEASE, Agent, parse_snapshot
 from tests.core.builders import (
     NOW,
     agent_instance,

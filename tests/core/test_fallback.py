@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from dynagent.fallback import Attempt, CapacityMemory, launch_with_fallback
-from dynagent.offerings import Offering, Purchase
-from dynagent.plan import Launch
+from dynagent.core.offerings import Offering, Purchase
+from dynagent.core.plan import Launch
+from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
 from tests.core.builders import NOW
 
 SMALL_SPOT = Offering("p3.2xlarge", 1, 0.9, "subnet-a", Purchase.SPOT)

@@ -1,8 +1,8 @@
-"""Where the master places a task on the agents it has now (dynagent.fitting.AgentFit)."""
+"""Where the master places a task on the agents it has now (dynagent.core.fitting.AgentFit)."""
 
 from __future__ import annotations
 
-from dynagent.fitting import AgentFit
+from dynagent.core.fitting import AgentFit
 
 
 def fit(slots: list[int], free: list[int], policy: str = "best") -> AgentFit:

@@ -8,12 +8,12 @@ from datetime import datetime
 
 import pytest
 
-from dynagent import metrics
-from dynagent.decide import INTERRUPTION_GRACE, decide
-from dynagent.fleet import Instance, InstanceState, Mark
-from dynagent.interruptions import Notice, plan_interruption
-from dynagent.offerings import Purchase
-from dynagent.plan import INTERRUPTION_KINDS, TERMINATION_CAUSES, Interruption
+from dynagent.core.decide import INTERRUPTION_GRACE, decide
+from dynagent.core.fleet import Instance, InstanceState, Mark
+from dynagent.core.interruptions import Notice, plan_interruption
+from dynagent.core.offerings import Purchase
+from dynagent.core.plan import INTERRUPTION_KINDS, TERMINATION_CAUSES, Interruption
+from dynagent.report import metrics
 from tests.core.builders import (
     NOW,
     agent_instance,

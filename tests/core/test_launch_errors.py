@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from dynagent.launch_errors import LaunchErrorMemory, StickyLaunchError
-from dynagent.plan import Launch, Plan
+from dynagent.core.plan import Launch, Plan
+from dynagent.run.launch_errors import LaunchErrorMemory, StickyLaunchError
 
 from .builders import NOW, pool
 

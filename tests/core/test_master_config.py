@@ -1,7 +1,7 @@
 """``dynagent master-config``: the master's resource_pools from dynagent's pool file.
 
 Every pool dynagent scales comes out with an admission-only provider that gives the
-master, by Determined's own rules (``dynagent.admission``), the slots of the pool's
+master, by Determined's own rules (``dynagent.core.admission``), the slots of the pool's
 largest machine and its max_instances, in a region whose provisioner can never act;
 other pools come out as the file has them. The fragment read back as the master reads
 it is checked, not its text.
@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 import yaml
 
-from dynagent.admission import (
+from dynagent.cli.main import main
+from dynagent.core.admission import (
     ADMISSION_REGION,
     MasterPool,
     pools_from_master_config,
     provisioner_can_act,
 )
-from dynagent.cli import main
-from dynagent.config import ConfigError, load_config, parse_config
-from dynagent.master_config import master_config
+from dynagent.core.config import ConfigError, parse_config
+from dynagent.files.config import load_config
+from dynagent.files.master_config import master_config
 from tests.core.builders import IMAGE_ID
 
 ENV = {"AWS_REGION": "us-west-2", "DYNAGENT_GCP_PROJECT": "p", "DYNAGENT_GCP_ZONE": "us-west1-b"}

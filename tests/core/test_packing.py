@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from dynagent.offerings import Shape
-from dynagent.packing import Demand, Existing, pack
-from dynagent.snapshot import PendingTask
+from dynagent.core.offerings import Shape
+from dynagent.core.packing import Demand, Existing, pack
+from dynagent.core.snapshot import PendingTask
 from tests.core.builders import task
 
 

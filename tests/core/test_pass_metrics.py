@@ -6,14 +6,14 @@ from datetime import timedelta
 
 import pytest
 
-from dynagent.decide import decide
-from dynagent.fleet import InstanceState
-from dynagent.metrics import BY_NAME, CATALOG, Point, point
-from dynagent.pass_metrics import dead_letter_point, pass_points
-from dynagent.plan import Launch, Plan
-from dynagent.provider import LaunchErrorKind, LaunchResult
-from dynagent.reconcile import Outcome
-from dynagent.snapshot import Agent, Snapshot
+from dynagent.core.decide import decide
+from dynagent.core.fleet import InstanceState
+from dynagent.core.plan import Launch, Plan
+from dynagent.core.snapshot import Agent, Snapshot
+from dynagent.report.metrics import BY_NAME, CATALOG, Point, point
+from dynagent.report.pass_metrics import dead_letter_point, pass_points
+from dynagent.run.provider import LaunchErrorKind, LaunchResult
+from dynagent.run.reconcile import Outcome
 
 from .builders import (
     NOW,
@@ -27,7 +27,7 @@ from .builders import (
     task,
 )
 
-P38 = 12.24  # p3.8xlarge on demand, dollars per hour (dynagent.prices)
+P38 = 12.24  # p3.8xlarge on demand, dollars per hour (dynagent.core.prices)
 
 
 def values(points: list[Point]) -> dict[tuple[str, ...], float]:

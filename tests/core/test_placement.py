@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from dynagent.config import parse_config
-from dynagent.decide import decide
-from dynagent.fleet import Fleet, Instance
-from dynagent.plan import Plan
-from dynagent.snapshot import Agent, PendingTask
+from dynagent.core.config import parse_config
+from dynagent.core.decide import decide
+from dynagent.core.fleet import Fleet, Instance
+from dynagent.core.plan import Plan
+from dynagent.core.snapshot import Agent, PendingTask
 from tests.core.builders import NOW, agent_instance, ago, pool, snapshot, starting
 
 G5 = ["g5.xlarge", "g5.12xlarge", "g5.48xlarge"]
@@ -315,7 +315,7 @@ def test_at_the_cap_in_slots_the_room_left_is_held_for_the_large_task() -> None:
 
 
 def test_validate_states_the_caps_it_derived() -> None:
-    from dynagent.cli import describe_config
+    from dynagent.cli.main import describe_config
 
     text = CLUSTER05_POOL.format(max_instances=10, extra="")
     lines = describe_config(parse_config(text))

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from dynagent import repack
-from dynagent.fallback import NO_CAPACITY, Attempt, CapacityMemory, launch_with_fallback
-from dynagent.fleet import Fleet, Instance, InstanceState
-from dynagent.launch_errors import LaunchErrorMemory
-from dynagent.offerings import Offering
-from dynagent.pass_metrics import pass_points
-from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
-from dynagent.provider import LaunchResult
-from dynagent.reconcile import Outcome, reconcile
+from dynagent.core.fleet import Fleet, Instance, InstanceState
+from dynagent.core.offerings import Offering
+from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+from dynagent.report.pass_metrics import pass_points
+from dynagent.run import repack
+from dynagent.run.fallback import NO_CAPACITY, Attempt, CapacityMemory, launch_with_fallback
+from dynagent.run.launch_errors import LaunchErrorMemory
+from dynagent.run.provider import LaunchResult
+from dynagent.run.reconcile import Outcome, reconcile
 from tests.core.builders import NOW, pool, snapshot, task
 
 SUBNETS = ["subnet-a", "subnet-b"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dynagent.snapshot import (
+from dynagent.core.snapshot import (
     InvalidSnapshot,
     parse_snapshot,
     snapshot_age,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from dynagent.status import pool_status, render
+from dynagent.report.status import pool_status, render
 from tests.core.builders import NOW, agent_instance, ago, fleet, pool, starting
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -38,7 +38,7 @@ def test_paused_launches_show_until_when() -> None:
     from dataclasses import replace
     from datetime import timedelta
 
-    from dynagent.status import Summary
+    from dynagent.report.status import Summary
 
     summary = Summary(
         seq=4, time=ago(1), pending=1, pending_slots=8, agents=0, busy=0, idle=0, draining=0,

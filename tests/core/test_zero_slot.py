@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from dynagent.config import ConfigError, Pool, parse_config
-from dynagent.decide import decide
-from dynagent.fitting import agents_for_zero_slot, zero_slot_room
-from dynagent.snapshot import Agent
+from dynagent.core.config import ConfigError, Pool, parse_config
+from dynagent.core.decide import decide
+from dynagent.core.fitting import agents_for_zero_slot, zero_slot_room
+from dynagent.core.snapshot import Agent
 from tests.core.builders import (
     NOW,
     agent_instance,

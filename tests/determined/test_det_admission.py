@@ -15,7 +15,7 @@ import pytest
 import requests
 import yaml
 
-from dynagent.master_config import master_config
+from dynagent.files.master_config import master_config
 from dynagent.testing import det_cli
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dynagent.aws.ec2 import Ec2Provider
-from dynagent.config import Config, config_from_document
+from dynagent.core.config import Config, config_from_document
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.aws_stack import deploy_stack
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from google.oauth2.credentials import Credentials
 
-from dynagent.config import Config, config_from_document
-from dynagent.doctor.gcp import GcpApis
-from dynagent.doctor.gcp.access import ACT_AS, PERMISSIONS, function_account
+from dynagent.cli.doctor.gcp import GcpApis
+from dynagent.cli.doctor.gcp.access import ACT_AS, PERMISSIONS, function_account
+from dynagent.core.config import Config, config_from_document
 from dynagent.testing.gce import LocalCompute
 from dynagent.testing.gcp_iam import LocalGcpIam, account_resource
 from dynagent.testing.pubsub_topics import LocalPubSubTopics

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from dynagent.cli import main
-from dynagent.config import Config
-from dynagent.doctor.aws import AwsClients, check, guarded
-from dynagent.doctor.aws.concurrency import RESERVATIONS, RESERVED
-from dynagent.doctor.findings import Finding, Status
+from dynagent.cli.doctor.aws import AwsClients, check, guarded
+from dynagent.cli.doctor.aws.concurrency import RESERVATIONS, RESERVED
+from dynagent.cli.doctor.findings import Finding, Status
+from dynagent.cli.main import main
+from dynagent.core.config import Config
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.aws_stack import TEMPLATE, DeployFailed, deploy_stack
 

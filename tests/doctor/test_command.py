@@ -12,8 +12,8 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from dynagent.cli import main
-from dynagent.doctor.gcp_environment import IAM_ENDPOINT_ENV
+from dynagent.cli.doctor.gcp_environment import IAM_ENDPOINT_ENV
+from dynagent.cli.main import main
 from dynagent.gcp.clients import COMPUTE_ENDPOINT_ENV
 from dynagent.gcp.status import PUBSUB_ENDPOINT_ENV
 from dynagent.testing.aws import LocalAws

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from dynagent.cli import main
-from dynagent.config import Config
-from dynagent.doctor.findings import Finding, Status
-from dynagent.doctor.gcp import check
-from dynagent.doctor.gcp.access import ACT_AS, PERMISSIONS
+from dynagent.cli.doctor.findings import Finding, Status
+from dynagent.cli.doctor.gcp import check
+from dynagent.cli.doctor.gcp.access import ACT_AS, PERMISSIONS
+from dynagent.cli.main import main
+from dynagent.core.config import Config
 from dynagent.testing.gcp_iam import account_resource
 
 from .gcp_project import AGENTS, FUNCTIONS, IMAGES, NAME, PROJECT, Project

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dynagent.config import Config
-from dynagent.fallback import CapacityMemory
+from dynagent.core.config import Config
 from dynagent.gcp.compute import GceProvider
+from dynagent.run.fallback import CapacityMemory
 from dynagent.testing.gce import LocalCompute
 
 from ..aws.helpers import config, now, snapshot

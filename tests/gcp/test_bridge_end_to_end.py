@@ -7,11 +7,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from dynagent.config import Config
+from dynagent.core.config import Config
+from dynagent.core.snapshot import Snapshot
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import POOL_LABEL
 from dynagent.gcp.pubsub import PubSubPublisher
-from dynagent.snapshot import Snapshot
 from dynagent.testing.determined import LocalDetermined
 from dynagent.testing.gce import LocalCompute
 from dynagent.testing.pubsub import PubSubEmulator

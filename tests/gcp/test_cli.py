@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dynagent.cli import main
+from dynagent.cli.main import main
 from dynagent.gcp import clients
 from dynagent.gcp.clients import COMPUTE_ENDPOINT_ENV
 from dynagent.testing.gce import LocalCompute

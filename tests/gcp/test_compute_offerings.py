@@ -3,13 +3,13 @@ has capacity for, the refusal remembered, and nothing created twice on a replay.
 
 from __future__ import annotations
 
-from dynagent.decide import decide
-from dynagent.fallback import CapacityMemory
-from dynagent.fleet import Fleet
+from dynagent.core.decide import decide
+from dynagent.core.fleet import Fleet
+from dynagent.core.offerings import Offering
+from dynagent.core.plan import Launch, Plan, Termination
+from dynagent.core.snapshot import PendingTask, Snapshot
 from dynagent.gcp.compute import GceProvider
-from dynagent.offerings import Offering
-from dynagent.plan import Launch, Plan, Termination
-from dynagent.snapshot import PendingTask, Snapshot
+from dynagent.run.fallback import CapacityMemory
 from dynagent.testing.gce import LocalCompute
 
 from .helpers import ZONE, config, gcp_pool_document, managed, now, provider_for

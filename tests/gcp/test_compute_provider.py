@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from dynagent.decide import decide
-from dynagent.fleet import InstanceState, Mark
-from dynagent.plan import Interruption, Launch, MarkWrite, Plan, Termination
-from dynagent.reconcile import reconcile, sweep
+from dynagent.core.decide import decide
+from dynagent.core.fleet import InstanceState, Mark
+from dynagent.core.plan import Interruption, Launch, MarkWrite, Plan, Termination
+from dynagent.run.reconcile import reconcile, sweep
 from dynagent.testing.gce import LocalCompute
 
 from .helpers import ZONE, config, gcp_pool_document, managed, now, provider_for, snapshot

@@ -430,13 +430,13 @@ def test_the_staged_source_is_the_functions_package_and_config(printed: Run) -> 
     assert (source / "main.py").read_text() == (ROOT / "functions/gcp/main.py").read_text()
     assert (source / "requirements.txt").read_text() == (INFRA / "requirements.txt").read_text()
     assert (source / "dynagent.yaml").read_text() == EXAMPLE.read_text()
-    assert (source / "dynagent" / "config.py").is_file()
+    assert (source / "dynagent" / "core" / "config.py").is_file()
     assert not list(source.rglob("__pycache__"))
     # main.py imports, with dynagent from the staged copy, and the config loads.
     probe = (
         "import sys; sys.path.insert(0, '.')\n"
         "import main, dynagent\n"
-        "from dynagent.config import load_config\n"
+        "from dynagent.files.config import load_config\n"
         "assert callable(main.reconcile) and callable(main.sweep)\n"
         "assert dynagent.__file__.startswith(sys.argv[1]), dynagent.__file__\n"
         "print(sorted(load_config('dynagent.yaml').pools))\n"
@@ -758,7 +758,7 @@ def _file(command: list[str], flag: str) -> Any:
 
 
 def test_a_log_based_metric_per_catalog_metric(printed: Run) -> None:
-    from dynagent.metrics import CATALOG
+    from dynagent.report.metrics import CATALOG
 
     created = printed.find("logging", "metrics", "create")
     assert [c[4] for c in created] == [f"dynagent_{spec.name}" for spec in CATALOG]
@@ -785,7 +785,7 @@ def test_a_log_based_metric_per_catalog_metric(printed: Run) -> None:
 
 
 def test_alert_policies_watch_catalog_metrics_and_gcp_signals(printed: Run) -> None:
-    from dynagent.metrics import BY_NAME
+    from dynagent.report.metrics import BY_NAME
 
     policies = {}
     for command in printed.find("alpha", "monitoring", "policies", "create"):
@@ -816,7 +816,7 @@ def test_alert_policies_watch_catalog_metrics_and_gcp_signals(printed: Run) -> N
 
 
 def test_the_dashboard_charts_catalog_metrics(printed: Run) -> None:
-    from dynagent.metrics import BY_NAME
+    from dynagent.report.metrics import BY_NAME
 
     command = printed.one("monitoring", "dashboards", "create")
     dashboard = _file(command, "config-from-file")
@@ -858,7 +858,7 @@ def test_a_second_deployment_replaces_the_monitoring_in_place(tmp_path: Path) ->
     changes = _changes(real_run(tmp_path, "--alert-email", "ops@example.com", exists=True))
     monitoring = [c for c in changes if c[0] in ("logging", "alpha", "beta", "monitoring")]
     assert not [c for c in monitoring if "create" in c[:4]], monitoring
-    from dynagent.metrics import CATALOG
+    from dynagent.report.metrics import CATALOG
 
     updated_metrics = [c for c in monitoring if c[:3] == ["logging", "metrics", "update"]]
     assert len(updated_metrics) == len(CATALOG)

@@ -12,7 +12,7 @@ import pytest
 
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.logs import METRIC_MESSAGE, MetricLog
-from dynagent.metrics import BY_NAME
+from dynagent.report.metrics import BY_NAME
 from dynagent.testing.gce import LocalCompute
 from dynagent.testing.pubsub_events import message_event
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from dynagent.cli import main
+from dynagent.cli.main import main
+from dynagent.cli.status_command import GcpSource, statuses, write
 from dynagent.demo.gcp_rig import GcpRig, gcp_rig
 from dynagent.demo.run import Demo, Timeline, VirtualClock
 from dynagent.gcp import clients
-from dynagent.status_command import GcpSource, statuses, write
 from dynagent.testing import pubsub
 
 from . import emulators
@@ -110,7 +110,7 @@ def test_a_launch_pause_survives_the_topic_labels_round_trip() -> None:
     from datetime import UTC, datetime
 
     from dynagent.gcp.status import status_labels, summary_from_labels
-    from dynagent.status import Summary
+    from dynagent.report.status import Summary
 
     at = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
     summary = Summary(

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from dynagent import cli
 from dynagent.bridge import command as bridge_command
-from dynagent.config import parse_config
+from dynagent.cli import main as cli
+from dynagent.core.config import parse_config
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
 from dynagent.testing.scaled_pools import add_scaled_pools
@@ -438,9 +438,9 @@ class Block(importlib.abc.MetaPathFinder):
         if any(name == b or name.startswith(b + ".") for b in BLOCKED):
             raise ImportError("the bridge imported " + name)
 sys.meta_path.insert(0, Block())
-from dynagent.publish import publisher_for
+from dynagent.bridge.publish import publisher_for
 publisher_for("projects/p/topics/t")  # Pub/Sub's client, against PUBSUB_EMULATOR_HOST
-from dynagent.cli import main
+from dynagent.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dynagent.config import load_config
+from dynagent.files.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 MAKEFILE = ROOT / "infra" / "aws" / "Makefile"

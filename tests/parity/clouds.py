@@ -6,11 +6,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from dynagent.aws.ec2 import Ec2Provider
-from dynagent.config import Config, Pool
-from dynagent.fleet import Mark
+from dynagent.core.config import Config, Pool
+from dynagent.core.fleet import Mark
+from dynagent.core.plan import Launch, MarkWrite, Plan
 from dynagent.gcp.compute import GceProvider
-from dynagent.plan import Launch, MarkWrite, Plan
-from dynagent.provider import Provider
+from dynagent.run.provider import Provider
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.gce import LocalCompute
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from dynagent.fleet import Mark
-from dynagent.reconcile import reconcile
-from dynagent.snapshot import Snapshot
+from dynagent.core.fleet import Mark
+from dynagent.core.snapshot import Snapshot
+from dynagent.run.reconcile import reconcile
 
 from ..aws.helpers import snapshot
 from .clouds import AwsCloud, Cloud, GcpCloud, launch, mark

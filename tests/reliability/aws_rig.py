@@ -23,9 +23,9 @@ from botocore.retries import standard
 
 from dynagent.aws.emf import EmfWriter
 from dynagent.aws.functions import AwsFunctions, retry_delay
-from dynagent.config import Config, config_from_document
+from dynagent.core.config import Config, config_from_document
+from dynagent.core.snapshot import Snapshot
 from dynagent.demo.rig import Discard
-from dynagent.snapshot import Snapshot
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.event_source import LambdaContext, queue_arn, sqs_event
 

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from dynagent.aws.tags import MARK_TAGS, POOL_TAG, format_time
-from dynagent.fleet import Mark
+from dynagent.core.fleet import Mark
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.event_source import LambdaContext, sqs_event
 from tests.reliability.aws_rig import (

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dynagent.config import Config
+from dynagent.core.config import Config
+from dynagent.core.snapshot import Snapshot
 from dynagent.demo.rig import Discard
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import POOL_LABEL
 from dynagent.gcp.logs import MetricLog
 from dynagent.gcp.pubsub import REASON_ATTRIBUTE, PubSubPublisher
-from dynagent.reconcile import Outcome
-from dynagent.snapshot import Snapshot
+from dynagent.run.reconcile import Outcome
 from dynagent.testing.gce import LocalCompute
 from dynagent.testing.pubsub import PubSubEmulator
 from dynagent.testing.pubsub_events import cloud_event, message_event

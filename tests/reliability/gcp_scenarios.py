@@ -16,7 +16,7 @@ from typing import Any
 
 from google.cloud import compute_v1
 
-from dynagent.decide import decide
+from dynagent.core.decide import decide
 from dynagent.gcp.compute import GceProvider
 from tests.reliability.clouds import Clouds
 from tests.reliability.figures import Figures, Mode, Scenario

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dynagent.config import Pool, Settings
+from dynagent.core.config import Pool, Settings
 from dynagent.simulate.boot import UNIFORM
 from dynagent.simulate.replay import Replay, replay
 from dynagent.simulate.run import PolicyRun, RunOptions, simulate

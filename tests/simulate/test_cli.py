@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dynagent.cli import main
+from dynagent.cli.main import main
 from dynagent.simulate.command import add_parser, run_options
 from dynagent.simulate.run import RunOptions
 

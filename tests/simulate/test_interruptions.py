@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from dynagent.cli import main
-from dynagent.config import ConfigError
+from dynagent.cli.main import main
+from dynagent.core.config import ConfigError
 from dynagent.simulate.boot import UNIFORM, BootModel
 from dynagent.simulate.report import document, table
 from dynagent.simulate.run import POLICIES, PolicyRun, RunOptions

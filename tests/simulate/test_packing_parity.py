@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from dynagent.decide import decide
-from dynagent.fleet import Fleet
+from dynagent.core.decide import decide
+from dynagent.core.fleet import Fleet
 from dynagent.simulate.clock import Events
 from dynagent.simulate.master import SimMaster
 from dynagent.simulate.trace import Job

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynagent.fitting import FittingPolicy
+from dynagent.core.fitting import FittingPolicy
 from dynagent.simulate.clock import EPOCH, Events
 from dynagent.simulate.fitting import dedicated_size, fits_pool
 from dynagent.simulate.master import SimMaster

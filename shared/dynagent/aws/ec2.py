@@ -15,13 +15,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from dynagent.boot import MasterUrlError, agent_boot, machine_gpus, master_address, render
-from dynagent.config import AwsProvider, Pool, Settings
-from dynagent.fallback import Attempt, launch_with_fallback
-from dynagent.fleet import Fleet, Instance, InstanceState, RequestState, SpotRequest
-from dynagent.offerings import Offering, Purchase
-from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
-from dynagent.provider import LaunchNotVisible, LaunchResult
+from dynagent.core.boot import MasterUrlError, agent_boot, machine_gpus, master_address, render
+from dynagent.core.config import AwsProvider, Pool, Settings
+from dynagent.core.fleet import Fleet, Instance, InstanceState, RequestState, SpotRequest
+from dynagent.core.offerings import Offering, Purchase
+from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+from dynagent.run.fallback import Attempt, launch_with_fallback
+from dynagent.run.provider import LaunchNotVisible, LaunchResult
 
 from . import tags
 from .fleet_launch import (
@@ -413,7 +413,7 @@ class Ec2Provider:
         return self.boot_script(dict(plan.master_addresses))
 
     def boot_script(self, master_addresses: dict[str, str]) -> str:
-        """The boot script (``dynagent.boot``), with the master's address the snapshot
+        """The boot script (``dynagent.core.boot``), with the master's address the snapshot
         resolved; MasterUrlError when an alias in master_url stays unresolved."""
         master = master_address(self.config.master_url).resolved(master_addresses)
         boot = agent_boot(self.config, self.pool.name, machine_gpus(self.config), master)

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from aws_lambda_powertools.metrics import EphemeralMetrics
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
-from dynagent.metrics import NAMESPACE, Point
+from dynagent.report.metrics import NAMESPACE, Point
 
 
 class EmfWriter:

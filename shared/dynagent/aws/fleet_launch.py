@@ -3,7 +3,7 @@
 One CreateFleet call per offering tried (its type, subnet and purchase option), from a
 launch template the function creates and versions itself: the template holds what every
 machine of the pool shares (image, user data, disks, profile, IMDSv2 required, tags), the
-call's override says which machine. ``dynagent.fallback`` moves what EC2 had no capacity
+call's override says which machine. ``dynagent.run.fallback`` moves what EC2 had no capacity
 for to the next offering in the same pass.
 
 Idempotency: a template version is found by its description, a fingerprint of its data,
@@ -26,10 +26,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from dynagent.config import AwsProvider
-from dynagent.fallback import Attempt, CapacityMemory
-from dynagent.fleet import Instance, SpotRequest
-from dynagent.offerings import Offering, Purchase
+from dynagent.core.config import AwsProvider
+from dynagent.core.fleet import Instance, SpotRequest
+from dynagent.core.offerings import Offering, Purchase
+from dynagent.run.fallback import Attempt, CapacityMemory
 
 from . import tags
 from .refusals import refusal_kind

@@ -21,14 +21,17 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import ClientError
 
-from dynagent.config import AwsProvider, Config, Pool, load_config
-from dynagent.fleet import Fleet
-from dynagent.interruptions import plan_interruption
-from dynagent.launch_errors import LaunchErrorMemory
-from dynagent.metrics import Point
-from dynagent.pass_metrics import dead_letter_point, pass_points, write_safely
-from dynagent.plan import Plan
-from dynagent.reconcile import (
+from dynagent.core.config import AwsProvider, Config, Pool
+from dynagent.core.fleet import Fleet
+from dynagent.core.interruptions import plan_interruption
+from dynagent.core.plan import Plan
+from dynagent.core.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
+from dynagent.files.config import load_config
+from dynagent.report.metrics import Point
+from dynagent.report.pass_metrics import dead_letter_point, pass_points, write_safely
+from dynagent.report.status import SummaryRecorder
+from dynagent.run.launch_errors import LaunchErrorMemory
+from dynagent.run.reconcile import (
     Outcome,
     Timer,
     act,
@@ -37,8 +40,6 @@ from dynagent.reconcile import (
     newest_per_pool,
     sweep,
 )
-from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
-from dynagent.status import SummaryRecorder
 
 from .clients import ec2_client, sqs_client
 from .ec2 import Ec2Provider
@@ -250,7 +251,7 @@ class AwsFunctions:
 
     def handle_notice(self, event: dict[str, Any]) -> Outcome | None:
         """An EventBridge spot notice: mark the instance, launch its replacement if its
-        pool needs one (``dynagent.interruptions``), re-packed at once onto the next
+        pool needs one (``dynagent.core.interruptions``), re-packed at once onto the next
         cheapest cover when its machines have no capacity anywhere, with launches paused
         and refusals recorded as the reconcile's are (``reconcile.act``). None when the
         instance is no pool's

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from dynagent.config import AwsProvider, Pool
-from dynagent.interruptions import INTERRUPTION, REBALANCE, Notice
+from dynagent.core.config import AwsProvider, Pool
+from dynagent.core.interruptions import INTERRUPTION, REBALANCE, Notice
 
 from . import tags
 

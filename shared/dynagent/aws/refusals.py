@@ -8,7 +8,7 @@ reads them here, once, and the rest of dynagent reads the kind. A code not liste
 
 from __future__ import annotations
 
-from dynagent.provider import LaunchErrorKind
+from dynagent.run.provider import LaunchErrorKind
 
 _CODES: dict[LaunchErrorKind, tuple[str, ...]] = {
     LaunchErrorKind.CAPACITY: (

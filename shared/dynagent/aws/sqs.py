@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dynagent.snapshot import Snapshot
+from dynagent.core.snapshot import Snapshot
 
 # SQS message attribute values are capped; a reason is a sentence, keep it short.
 _MAX_REASON = 1000

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from dynagent.status import Summary
+from dynagent.report.status import Summary
 
 from .tags import format_time, parse_time
 

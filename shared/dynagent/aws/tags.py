@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from dynagent.config import AwsProvider
-from dynagent.fleet import InstanceState, Mark, RequestState
+from dynagent.core.config import AwsProvider
+from dynagent.core.fleet import InstanceState, Mark, RequestState
 
 POOL_TAG = "dynagent:pool"
 LAUNCH_KEY_TAG = "dynagent:launch-key"

@@ -1,5 +1,5 @@
 """Whether the master admits the work dynagent scales for: the bridge's check of the
-master's pools against dynagent's (``dynagent.admission`` has Determined's rules).
+master's pools against dynagent's (``dynagent.core.admission`` has Determined's rules).
 
 A pool the master's own provisioner can scale, or one without a provider (the master
 then refuses notebooks, commands and shells at zero agents), stops the bridge: the first
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dynagent.admission import MasterPool
-from dynagent.config import Config
+from dynagent.core.admission import MasterPool
+from dynagent.core.config import Config
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dynagent.boot.master import master_address
-from dynagent.config import Config, load_config
-from dynagent.snapshot import Snapshot
+from dynagent.core.boot.master import master_address
+from dynagent.core.config import Config
+from dynagent.core.snapshot import Snapshot
+from dynagent.files.config import load_config
 
 from .client import Credentials, MasterClient
 
@@ -82,7 +83,7 @@ def unreadable(url: str, error: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dynagent.publish import publisher_for
+    from dynagent.bridge.publish import publisher_for
 
     from .client import MasterUnavailable
     from .loop import Bridge, BridgeRefused

@@ -38,11 +38,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dynagent.config import Pool
-from dynagent.durations import format_duration
-from dynagent.fitting import FittingPolicy
-from dynagent.packing import Existing, pack
-from dynagent.snapshot import PendingTask
+from dynagent.core.config import Pool
+from dynagent.core.durations import format_duration
+from dynagent.core.fitting import FittingPolicy
+from dynagent.core.packing import Existing, pack
+from dynagent.core.snapshot import PendingTask
 
 from .reading import AgentReading, PoolReading
 

@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Literal
 
-from dynagent.boot.master import EC2_ALIASES
+from dynagent.core.boot.master import EC2_ALIASES
 
 HostCloud = Literal["ec2", "gce"]
 TIMEOUT = 3.0

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from dynagent.snapshot import Agent
+from dynagent.core.snapshot import Agent
 
 
 @dataclass

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from dynagent.admission import pools_from_master_config, pools_from_resource_pools
-from dynagent.config import Config
-from dynagent.durations import format_duration
-from dynagent.snapshot import DRAINING_REPORT_LEASE, Snapshot
+from dynagent.core.admission import pools_from_master_config, pools_from_resource_pools
+from dynagent.core.config import Config
+from dynagent.core.durations import format_duration
+from dynagent.core.snapshot import DRAINING_REPORT_LEASE, Snapshot
 
 from .admission_check import admission_findings
 from .client import MasterClient, MasterRefused, MasterUnavailable

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dynagent.snapshot import Agent, PendingTask
+from dynagent.core.snapshot import Agent, PendingTask
 
 Json = dict[str, Any]
 

@@ -10,10 +10,10 @@ from dynagent.aws.emf import EmfWriter
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.sqs import SqsPublisher
 from dynagent.aws.tags import LAUNCH_KEY_TAG, MARK_TAGS, POOL_TAG
-from dynagent.config import Config
+from dynagent.core.config import Config
+from dynagent.core.fleet import Mark
+from dynagent.core.snapshot import Snapshot
 from dynagent.demo.rig import Discard, FleetRow
-from dynagent.fleet import Mark
-from dynagent.snapshot import Snapshot
 from dynagent.testing.aws import LocalAws
 from dynagent.testing.event_source import deliver_once
 

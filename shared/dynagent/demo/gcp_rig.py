@@ -11,15 +11,15 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from dynagent.config import Config
+from dynagent.core.config import Config
+from dynagent.core.fleet import Mark
+from dynagent.core.snapshot import Snapshot
 from dynagent.demo.pools import demo_config
 from dynagent.demo.rig import Discard, FleetRow
-from dynagent.fleet import Mark
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import LAUNCH_KEY_LABEL, MARK_LABELS, POOL_LABEL, parse_time
 from dynagent.gcp.logs import MetricLog
 from dynagent.gcp.pubsub import REASON_ATTRIBUTE, PubSubPublisher
-from dynagent.snapshot import Snapshot
 from dynagent.testing.gce import LocalCompute
 from dynagent.testing.pubsub import PubSubEmulator
 from dynagent.testing.pubsub_events import deliver_pulled

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from dynagent.snapshot import Agent, PendingTask, Snapshot
+from dynagent.core.snapshot import Agent, PendingTask, Snapshot
 
 
 @dataclass

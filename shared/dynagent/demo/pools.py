@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 
-from dynagent.config import Config, parse_config
+from dynagent.core.config import Config, parse_config
 
 
 def demo_config(cloud: str, **placeholders: str) -> Config:
@@ -12,4 +13,4 @@ def demo_config(cloud: str, **placeholders: str) -> Config:
     text = resources.files("dynagent.demo").joinpath(name).read_text()
     for key, value in placeholders.items():
         text = text.replace(key, value)
-    return parse_config(text, source=f"demo {name}")
+    return parse_config(text, source=f"demo {name}", environ=os.environ)

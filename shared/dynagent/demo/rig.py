@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from dynagent.config import Pool
-from dynagent.snapshot import Snapshot
+from dynagent.core.config import Pool
+from dynagent.core.snapshot import Snapshot
 
 
 @dataclass(frozen=True)

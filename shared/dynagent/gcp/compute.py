@@ -19,14 +19,14 @@ from google.api_core import exceptions as google_errors
 from google.cloud import compute_v1
 from google.protobuf.json_format import ParseError
 
-from dynagent.boot import MasterAddress, MasterUrlError, master_address
-from dynagent.config import Pool, Settings
-from dynagent.fallback import Attempt, CapacityMemory, launch_with_fallback
-from dynagent.fleet import Fleet, Instance
-from dynagent.offerings import Offering, Purchase
-from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
-from dynagent.pools.gcp import GcpProvider
-from dynagent.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult
+from dynagent.core.boot import MasterAddress, MasterUrlError, master_address
+from dynagent.core.config import Pool, Settings
+from dynagent.core.fleet import Fleet, Instance
+from dynagent.core.offerings import Offering, Purchase
+from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+from dynagent.core.pools.gcp import GcpProvider
+from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
+from dynagent.run.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult
 
 from . import labels as gce_labels
 from .instance_body import instance_body, instance_names, offering_names, startup_script

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dynagent.config import Config, GcpProvider, Pool, load_config
-from dynagent.fallback import CapacityMemory
-from dynagent.launch_errors import LaunchErrorMemory
-from dynagent.metrics import Point
-from dynagent.pass_metrics import dead_letter_point, pass_points, write_safely
-from dynagent.reconcile import Outcome, Timer, apply_snapshot, log_outcome, sweep
-from dynagent.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
-from dynagent.status import Summary, SummaryRecorder
+from dynagent.core.config import Config, GcpProvider, Pool
+from dynagent.core.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
+from dynagent.files.config import load_config
+from dynagent.report.metrics import Point
+from dynagent.report.pass_metrics import dead_letter_point, pass_points, write_safely
+from dynagent.report.status import Summary, SummaryRecorder
+from dynagent.run.fallback import CapacityMemory
+from dynagent.run.launch_errors import LaunchErrorMemory
+from dynagent.run.reconcile import Outcome, Timer, apply_snapshot, log_outcome, sweep
 
 from .clients import instances_client, zone_operations_client
 from .logs import MetricLog, StructuredLogger

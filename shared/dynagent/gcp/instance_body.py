@@ -13,8 +13,8 @@ import copy
 import hashlib
 from typing import Any
 
-from dynagent.boot import MasterAddress, agent_boot, render
-from dynagent.pools.gcp import GcpInstanceType, GcpProvider
+from dynagent.core.boot import MasterAddress, agent_boot, render
+from dynagent.core.pools.gcp import GcpInstanceType, GcpProvider
 
 from .labels import LAUNCH_KEY_LABEL, identity_labels, label_safe, launch_key_label
 

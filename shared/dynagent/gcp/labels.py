@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
-from dynagent.fleet import InstanceState, Mark
-from dynagent.pools.gcp import GcpProvider
+from dynagent.core.fleet import InstanceState, Mark
+from dynagent.core.pools.gcp import GcpProvider
 
 POOL_LABEL = "dynagent-pool"
 LAUNCH_KEY_LABEL = "dynagent-launch-key"

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TextIO
 
-from dynagent.metrics import Point
+from dynagent.report.metrics import Point
 
 
 class StructuredLogger:
@@ -46,7 +46,7 @@ def metric_entry(point: Point, at: datetime) -> dict[str, Any]:
 
     Fields, stable (infra/gcp/deploy.sh's log-based metrics name them):
 
-    - ``metric``: a name from ``dynagent.metrics.CATALOG``;
+    - ``metric``: a name from ``dynagent.report.metrics.CATALOG``;
     - ``value``: a number (an int when whole); ``unit``: the catalog's (CloudWatch's names);
     - ``pool``, and the metric's other catalog dimensions, each its own field: ``state``
       (Agents, Instances), ``reason`` (Launches, Terminations), ``code`` (LaunchErrors),

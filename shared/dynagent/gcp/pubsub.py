@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from dynagent.snapshot import Snapshot
+from dynagent.core.snapshot import Snapshot
 
 # Pub/Sub caps an attribute value at 1024 bytes.
 _MAX_ATTRIBUTE = 1000

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dynagent.provider import LaunchErrorKind
+from dynagent.run.provider import LaunchErrorKind
 
 _CODES: dict[LaunchErrorKind, tuple[str, ...]] = {
     LaunchErrorKind.CAPACITY: (

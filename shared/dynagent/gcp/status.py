@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from dynagent.status import Summary
+from dynagent.report.status import Summary
 
 from .labels import label_safe
 

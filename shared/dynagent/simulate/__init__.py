@@ -2,7 +2,7 @@
 
 A discrete-event simulation on a virtual clock: a master model queues and places the
 trace's jobs, a simulated cloud implements the ``Provider`` contract in memory with a
-boot model and per-second billing, and ``dynagent.reconcile.reconcile``, the very code
+boot model and per-second billing, and ``dynagent.run.reconcile.reconcile``, the very code
 the functions run, decides. Beside it, a replay of Determined's own provisioner on the
 same master and cloud, and the physical limit. ``dynagent simulate`` is the front end.
 """

@@ -25,9 +25,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from dynagent.fitting import FittingPolicy
+from dynagent.core.fitting import FittingPolicy
+from dynagent.core.snapshot import Agent
 from dynagent.simulate.fitting import SCORES, dedicated_size
-from dynagent.snapshot import Agent
 
 Bucket = dict["SimAgent", None]  # an ordered set: agents in the order they came in
 

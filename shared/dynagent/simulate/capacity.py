@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dynagent.durations import parse_duration
-from dynagent.offerings import Offering
+from dynagent.core.durations import parse_duration
+from dynagent.core.offerings import Offering
 
 
 @dataclass(frozen=True)

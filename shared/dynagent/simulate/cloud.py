@@ -1,6 +1,6 @@
 """A simulated cloud: the ``Provider`` contract in memory, for one pool, billed per second.
 
-``dynagent.reconcile.reconcile`` drives it exactly as it drives EC2: it observes the
+``dynagent.run.reconcile.reconcile`` drives it exactly as it drives EC2: it observes the
 fleet, launches a plan's instances (idempotently, by the plan's launch key), terminates,
 and writes marks on the instances, where later passes read them back, as tags are on
 EC2. Launched instances show running and register their agent after the boot model's
@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dynagent.fallback import Attempt, CapacityMemory, launch_with_fallback
-from dynagent.fleet import Fleet, Instance, InstanceState, Mark
-from dynagent.offerings import Offering, Purchase
-from dynagent.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
-from dynagent.provider import LaunchResult
+from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark
+from dynagent.core.offerings import Offering, Purchase
+from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
+from dynagent.run.provider import LaunchResult
 from dynagent.simulate.boot import BootSampler
 from dynagent.simulate.capacity import Outage, covered
 from dynagent.simulate.clock import Events, Kind, at, seconds_at

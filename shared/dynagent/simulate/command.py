@@ -1,6 +1,6 @@
 """``dynagent simulate``: replay a job trace through the decision core, and report.
 
-Kept apart from ``dynagent.cli`` so the command's options live beside what they drive;
+Kept apart from ``dynagent.cli.main`` so the command's options live beside what they drive;
 ``cli`` only registers it. The simulator is imported when the command runs.
 """
 
@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from dynagent.config import Config, Pool, load_config, parse_config
-from dynagent.durations import parse_duration
+from dynagent.core.config import Config, Pool, parse_config
+from dynagent.core.durations import parse_duration
+from dynagent.files.config import load_config
 
 if TYPE_CHECKING:
     from dynagent.simulate.replay import ProgressFactory
@@ -136,7 +138,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if args.plot:
         check_plot_path(args.plot)
-    config = load_config(args.config) if args.config else parse_config(DEFAULT_POOL_YAML)
+    config = (
+        load_config(args.config)
+        if args.config
+        else parse_config(DEFAULT_POOL_YAML, environ=os.environ)
+    )
     pool = _pool(config, args.pool)
     trace = load_trace(args.trace)
     common = {

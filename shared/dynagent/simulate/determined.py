@@ -32,9 +32,9 @@ import dataclasses
 
 from pydantic import ValidationError
 
-from dynagent.config import ConfigError, Pool
-from dynagent.offerings import Offering, Purchase
-from dynagent.plan import Termination
+from dynagent.core.config import ConfigError, Pool
+from dynagent.core.offerings import Offering, Purchase
+from dynagent.core.plan import Termination
 from dynagent.simulate.clock import next_on_grid
 from dynagent.simulate.cloud import SimCloud, SimInstance
 from dynagent.simulate.master import SimMaster

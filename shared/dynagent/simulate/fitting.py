@@ -2,7 +2,7 @@
 
 Pure functions over numbers, mirrored from ``master/internal/rm/agentrm`` in
 determined-ai/determined; the simulator's master (``simulate.agents``) indexes its
-agents so that it finds the same fit without scoring every agent. (``dynagent.fitting``
+agents so that it finds the same fit without scoring every agent. (``dynagent.core.fitting``
 predicts the same placement for packing, on a snapshot's agents; the policy's names
 are its.)
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dynagent.config import Pool
+from dynagent.core.config import Pool
 
 # resource_pool_config.go defaultRPConfig: MaxAuxContainersPerAgent.
 MAX_AUX_CONTAINERS_PER_AGENT = 100

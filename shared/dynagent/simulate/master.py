@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from dynagent.bridge.reading import AgentReading, PoolReading
-from dynagent.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
+from dynagent.core.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
+from dynagent.core.snapshot import PendingTask, Snapshot
 from dynagent.simulate.agents import AgentIndex, SimAgent
 from dynagent.simulate.clock import Events, Kind
 from dynagent.simulate.fitting import MAX_AUX_CONTAINERS_PER_AGENT, fits_pool
 from dynagent.simulate.policy import Change
 from dynagent.simulate.trace import Job
-from dynagent.snapshot import PendingTask, Snapshot
 
 __all__ = ["SimAgent", "SimMaster", "Task"]
 

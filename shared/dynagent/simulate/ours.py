@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from dynagent.bridge.drain import Drainer
 from dynagent.bridge.idle import IdleClock
-from dynagent.config import Pool, Settings
-from dynagent.fleet import Fleet, Mark
-from dynagent.interruptions import INTERRUPTION, Notice, plan_interruption
-from dynagent.plan import Plan
-from dynagent.reconcile import act, reconcile
+from dynagent.core.config import Pool, Settings
+from dynagent.core.fleet import Fleet, Mark
+from dynagent.core.interruptions import INTERRUPTION, Notice, plan_interruption
+from dynagent.core.plan import Plan
+from dynagent.run.reconcile import act, reconcile
 from dynagent.simulate.clock import at, next_on_grid, seconds_at
 from dynagent.simulate.cloud import SimCloud
 from dynagent.simulate.master import SimMaster

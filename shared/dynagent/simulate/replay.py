@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dynagent.config import ConfigError, Pool, Settings
-from dynagent.offerings import Purchase
+from dynagent.core.config import ConfigError, Pool, Settings
+from dynagent.core.offerings import Purchase
 from dynagent.simulate.determined import baseline_offering
 from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.metrics import Summary, limit_gpu_seconds, summarise, summarise_limit

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from dynagent.durations import format_duration
+from dynagent.core.durations import format_duration
 from dynagent.simulate.metrics import HOUR, Summary
 from dynagent.simulate.replay import Replay
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dynagent.config import Pool, Settings
-from dynagent.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
+from dynagent.core.config import Pool, Settings
+from dynagent.core.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
 from dynagent.simulate.boot import BootModel
 from dynagent.simulate.capacity import Outage
 from dynagent.simulate.clock import Events, Kind

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dynagent.config import ConfigError, Pool, Settings
+from dynagent.core.config import ConfigError, Pool, Settings
 from dynagent.simulate.replay import ProgressFactory, Replay, replay
 from dynagent.simulate.report import format_wait
 from dynagent.simulate.run import POLICIES, RunOptions

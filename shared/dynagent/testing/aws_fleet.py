@@ -29,7 +29,7 @@ from moto.ec2.utils import (
     random_fleet_id,
 )
 
-from dynagent.gpus import AWS_GPUS_PER_INSTANCE
+from dynagent.core.gpus import AWS_GPUS_PER_INSTANCE
 from dynagent.testing.aws_iam import refuse_pass_role
 
 SPOT: Final = "spot"

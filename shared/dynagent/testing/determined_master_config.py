@@ -51,10 +51,10 @@ import yaml
 # Determined's tables, which dynagent mirrors once: the EC2 slot table, gcp_config.go's
 # machine families and the GPU counts each GCE accelerator allows, and aws_config.go
 # defaultAWSImageID (the image an EC2 pool boots when it names none).
-from dynagent.gpus import DETERMINED_EC2_SLOTS
-from dynagent.gpus import DETERMINED_GCE_GPU_COUNTS as _GCE_GPU_TYPES
-from dynagent.gpus import DETERMINED_GCE_MACHINE_FAMILIES as _GCE_MACHINE_TYPES
-from dynagent.pools.aws import DEFAULT_IMAGE_IDS
+from dynagent.core.gpus import DETERMINED_EC2_SLOTS
+from dynagent.core.gpus import DETERMINED_GCE_GPU_COUNTS as _GCE_GPU_TYPES
+from dynagent.core.gpus import DETERMINED_GCE_MACHINE_FAMILIES as _GCE_MACHINE_TYPES
+from dynagent.core.pools.aws import DEFAULT_IMAGE_IDS
 
 VERSION: Final = "0.38.1"
 DEFAULT_POOL: Final = "default"

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dynagent.config import Config
-from dynagent.master_config import master_pools
+from dynagent.core.config import Config
+from dynagent.files.master_config import master_pools
 from dynagent.testing.determined import LocalDetermined
 
 

@@ -1,0 +1,78 @@
+"""The machines of an AWS pool: its AMI, and its instance types in its subnets' zones."""
+
+from __future__ import annotations
+
+from dynagent.cli.doctor.findings import Finding, fail, ok
+from dynagent.core.config import Pool
+
+from . import shape
+from .view import Ec2View
+
+
+def image(pool: Pool, view: Ec2View) -> Finding:
+    """The AMI exists in the pool's region and its architecture runs every offered type."""
+    p = shape.provider(pool)
+    what = f"{shape.label(pool)}: AMI {p.image_id} in {p.region}"
+    found = view.image(p.image_id)
+    if found is None:
+        return fail(
+            "aws.image",
+            what,
+            "no such image in this region (AMIs are regional; a copy has another id)",
+            f"set image_id to an AMI of {p.region} (aws ec2 describe-images --region "
+            f"{p.region} --image-ids {p.image_id}), or copy it: aws ec2 copy-image",
+        )
+    architecture = str(found.get("Architecture", ""))
+    misfits: dict[str, list[str]] = {}
+    for name in shape.instance_types(pool):
+        kind = view.instance_type(name)
+        supported = (kind or {}).get("ProcessorInfo", {}).get("SupportedArchitectures", [])
+        if kind is not None and architecture not in supported:
+            misfits[name] = supported
+    if misfits:
+        needed = sorted({a for supported in misfits.values() for a in supported})
+        return fail(
+            "aws.image",
+            what,
+            f"the image is {architecture}, which {', '.join(misfits)} cannot run",
+            f"use an image built for {'/'.join(needed)}, or instance types that run {architecture}",
+        )
+    return ok("aws.image", what, f"{architecture}, {found.get('State', 'available')}")
+
+
+def offered(pool: Pool, view: Ec2View) -> list[Finding]:
+    """Each type is an EC2 type of the region, offered in every subnet's zone."""
+    p = shape.provider(pool)
+    subnets = {i: s for i, s in view.subnets(shape.subnet_ids(pool)).items() if s is not None}
+    return [
+        _type_offered(pool, name, subnets, view, p.region) for name in shape.instance_types(pool)
+    ]
+
+
+def _type_offered(
+    pool: Pool, name: str, subnets: dict[str, dict[str, str]], view: Ec2View, region: str
+) -> Finding:
+    where = ", ".join(f"{i} ({s['AvailabilityZone']})" for i, s in subnets.items())
+    what = f"{shape.label(pool)}: {name} offered in " + (where or f"region {region}")
+    if view.instance_type(name) is None:
+        return fail(
+            "aws.offered",
+            what,
+            f"{region} has no instance type {name}",
+            "check the name (aws ec2 describe-instance-types), or use a region that has it",
+        )
+    zones = view.zones_offering(name)
+    missing = [
+        f"{i} ({s['AvailabilityZone']})"
+        for i, s in subnets.items()
+        if s["AvailabilityZone"] not in zones
+    ]
+    if not zones or missing:
+        elsewhere = ", ".join(sorted(zones)) or "no zone"
+        return fail(
+            "aws.offered",
+            what,
+            f"not offered in {', '.join(missing) or region}; offered in {elsewhere}",
+            f"give subnets in {elsewhere} (offerings.subnet_ids), or drop {name}",
+        )
+    return ok("aws.offered", what)

@@ -1,0 +1,115 @@
+"""New machines: for the pending tasks, where the master will put them (``packing``);
+then for zero-slot work, min_instances and warm headroom. Held, each saying why, while
+no agent could reach the master.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from dynagent.core.boot.master import MasterUrlError, master_address
+from dynagent.core.config import Pool
+from dynagent.core.decide.context import Context, live_count, request_is_capacity, slots_left
+from dynagent.core.decide.headroom import headroom_launches
+from dynagent.core.decide.zero_slot import zero_slot_launches
+from dynagent.core.offerings import Catalog, Offering, Shape
+from dynagent.core.packing import Demand, Existing, NewMachine, pack
+from dynagent.core.plan import (
+    Launch,
+)
+from dynagent.core.snapshot import PendingTask, Snapshot
+
+
+def master_unknown(pool: Pool, addresses: dict[str, str]) -> str | None:
+    """Why no agent could reach the master, or None: an alias in ``master_url`` that no
+    snapshot resolved (``boot.master``)."""
+    try:
+        master_address(pool.provider.master_url).resolved(addresses)
+    except MasterUrlError as error:
+        return str(error)
+    return None
+
+
+def plan_launches(
+    ctx: Context, room: list[tuple[str, Existing]]
+) -> tuple[tuple[Launch, ...], Demand]:
+    """New machines for pending tasks, then up to min_instances, then warm headroom."""
+    provider = ctx.provider
+    live = live_count(ctx)
+    existing = existing_machines(ctx, room)
+    pending = ctx.snapshot.pending if ctx.snapshot else ()
+    if ctx.zero_slot:
+        pending = tuple(task for task in pending if task.slots > 0)
+    demand = pack_pending(ctx, pending, existing, live)
+    catalog = ctx.catalog
+    launches = launches_for_demand(catalog, demand.new_machines)
+    smallest = ctx.smallest
+    launches += zero_slot_launches(ctx, demand, smallest, live, len(launches))
+    if smallest is None:
+        return tuple(launches), demand
+    below_min = provider.min_instances - live - len(launches)
+    launches += [
+        Launch(
+            reason=f"keep min_instances ({provider.min_instances})",
+            offerings=catalog.fallbacks(smallest),
+            cause="min_instances",
+        )
+    ] * max(0, below_min)
+    launches += headroom_launches(ctx, demand, smallest, live + len(launches))
+    return tuple(launches), demand
+
+
+def launches_for_demand(catalog: Catalog, machines: list[NewMachine]) -> list[Launch]:
+    """A launch for each new machine pending tasks need; thousands in a large pass."""
+    launches = []
+    shape: Shape | None = None
+    offerings: tuple[Offering, ...] = ()
+    for machine in machines:
+        # Machines of one shape come in runs: their fallbacks are asked once per run.
+        if machine.shape is not shape:
+            shape = machine.shape
+            offerings = catalog.fallbacks(shape)
+        tasks = machine.tasks
+        launches.append(Launch(f"pending tasks: {', '.join(tasks)}", tuple(tasks), offerings))
+    return launches
+
+
+def pack_pending(
+    ctx: Context, pending: tuple[PendingTask, ...], existing: list[Existing], live: int
+) -> Demand:
+    """Where the master will put ``pending`` (``packing.pack``), within the pool's caps."""
+    provider = ctx.provider
+    cap, machines = provider.slot_cap, provider.machine_cap
+    return pack(
+        pending,
+        ctx.shapes,
+        existing,
+        room=None if machines is None else max(0, machines - live),
+        max_machines=machines,
+        largest_slots=provider.slots_per_instance,
+        slot_room=slots_left(ctx),
+        max_slots=cap,
+        sizes=tuple({o.slots for o in ctx.catalog.offerings}),
+        fitting_policy=ctx.snapshot.fitting_policy if ctx.snapshot else None,
+    )
+
+
+def existing_machines(ctx: Context, room: list[tuple[str, Existing]]) -> list[Existing]:
+    """Machines pending tasks can go to before new ones, if this plan keeps them: those
+    not registered yet, agents with free slots, and spot requests.
+
+    An idle agent counts because a pending task that fits on it is the master's to place
+    (the snapshot caught it just before), and a task larger than one instance can take
+    it as one of its whole instances.
+    """
+    existing = [machine for instance_id, machine in room if instance_id not in ctx.terminations]
+    slots = ctx.provider.slots_per_instance
+    requests = sum(1 for r in ctx.fleet.spot_requests if request_is_capacity(ctx, r))
+    return existing + [Existing(slots, slots)] * requests
+
+
+def launch_key(pool: str, snapshot: Snapshot | None, now: datetime) -> str:
+    if snapshot:
+        return f"{pool}:{snapshot.seq}"
+    # A sweep launches only to keep min_instances; one key per minute.
+    return f"{pool}:sweep:{now:%Y%m%dT%H%M}"

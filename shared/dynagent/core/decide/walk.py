@@ -1,0 +1,86 @@
+"""The walk over the fleet: every instance reviewed once (``removals``), and what the later
+rules need of those kept noted in a ``Survey``. It is the hot loop of a pass over tens of
+thousands of instances, so it stays one function with the names it asks held locally.
+"""
+
+from __future__ import annotations
+
+from dynagent.core.decide.context import Context, Survey, idle_start, takes_tasks
+from dynagent.core.decide.marks import mark_changes
+from dynagent.core.decide.removals import going_away, remove_stopped, review_absent
+from dynagent.core.fleet import InstanceState, Mark
+from dynagent.core.packing import Existing
+from dynagent.core.snapshot import DRAINING_REPORT_LEASE
+
+
+def walk_fleet(ctx: Context) -> Survey:
+    """Review each instance (stopped, never registered, disconnected too long: terminate)
+    and note what the later rules need of those it keeps."""
+    survey = Survey()
+    # since <= now - period is now - since >= period, with one subtraction per pass.
+    cutoff = ctx.now - ctx.provider.max_idle_agent_period
+    half = ctx.now - ctx.provider.max_idle_agent_period / 2
+    terminations, with_snapshot = ctx.terminations, ctx.snapshot is not None
+    # A draining report is a lease for the terminate: past it, the publisher may have
+    # enabled the agent again and the master placed work there (DRAINING_REPORT_LEASE).
+    drain = ctx.provider.drain_idle_agents
+    drain_lease = ctx.snapshot is not None and ctx.now - ctx.snapshot.time <= DRAINING_REPORT_LEASE
+    # This loop runs once per instance of fleets of tens of thousands: the names it asks
+    # of each are local, and Instance.live is inlined.
+    running, starting = InstanceState.RUNNING, InstanceState.STARTING
+    registered, idle, interrupted = Mark.REGISTERED, Mark.IDLE_SINCE, Mark.INTERRUPTED_AT
+    disconnected = Mark.DISCONNECTED_SINCE
+    for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
+        state, marks = instance.state, instance.marks
+        if state is not running and state is not starting:
+            remove_stopped(ctx, instance)
+            continue
+        if interrupted in marks and going_away(ctx, instance, survey):
+            continue
+        if agent is None:
+            review_absent(ctx, instance)
+        if instance.id in terminations:
+            continue
+        marked = False
+        if agent is not None:
+            # Whether its marks already say what the snapshot does (agent.idle inlined).
+            used = agent.used_slots
+            marked = (
+                registered in marks
+                and disconnected not in marks
+                and (idle in marks) == (used == 0 and agent.tasks == 0)
+            )
+            if marked and used:
+                # Busy, and its marks say so: the common case; only spare slots to note.
+                if used < agent.slots and takes_tasks(agent, drain):
+                    spare = Existing(agent.slots, agent.slots - used, arriving=False)
+                    survey.room.append((instance.id, spare))
+                continue
+        since = idle_start(ctx, instance, agent)
+        if drain:
+            # The master drained it (the bridge waited out the idle period first) and
+            # nothing runs on it: nothing new can land there before the terminate.
+            if drain_lease and agent is not None and agent.draining and agent.idle:
+                survey.idle.append((since or ctx.seen_at, instance.id))
+        elif since is not None and since <= cutoff:
+            survey.idle.append((since, instance.id))
+        if agent is None and instance.registered_at is None:
+            slots = ctx.slots(instance, None)
+            survey.room.append((instance.id, Existing(slots, slots)))
+        elif agent is None and not with_snapshot and since is not None:
+            # The sweep knows an agent's free slots only from its idle mark: all of them.
+            # The warm headroom guard counts them, so the sweep keeps what it needs.
+            slots = ctx.slots(instance, None)
+            survey.room.append((instance.id, Existing(slots, slots, arriving=False)))
+        elif agent is not None and agent.used_slots < agent.slots and takes_tasks(agent, drain):
+            free = agent.slots - agent.used_slots
+            survey.room.append((instance.id, Existing(agent.slots, free, arriving=False)))
+            if agent.idle and (
+                agent.draining if drain else (mark := marks.get(idle)) is not None and mark <= half
+            ):
+                survey.waning.append(instance.id)
+        if with_snapshot and not marked:
+            changes = mark_changes(instance, agent, ctx.seen_at)
+            if changes:
+                survey.marks.append((instance.id, changes))
+    return survey

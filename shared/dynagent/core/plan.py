@@ -1,0 +1,167 @@
+"""A Plan: what one reconcile or sweep will do to a pool, each action with its reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from dynagent.core.fleet import Mark
+from dynagent.core.offerings import Offering
+
+# Low-cardinality names for why a plan launches or terminates: metric dimensions.
+LAUNCH_CAUSES = ("demand", "zero_slot", "min_instances", "headroom", "interrupted")
+TERMINATION_CAUSES = (
+    "idle", "never_registered", "disconnected", "stopped", "spot_cancelled", "over_max",
+    "interrupted", "other",
+)  # fmt: skip
+# What the cloud said of a spot machine: a reclaim warning (EC2), a rebalance
+# recommendation (EC2), a preemption already done (GCP). metrics.INTERRUPTION_KINDS.
+INTERRUPTION_KINDS = ("interruption", "rebalance", "preempted")
+
+
+# Slotted: a pass over a large pool plans thousands of launches.
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One new instance, and where it may be bought.
+
+    ``offerings`` lists where, best first: the chosen offering, then the fallbacks the
+    adapter tries in the same pass when the cloud has no capacity for it (other zones
+    and purchase options of the type, then larger types). Empty in plans built without a
+    catalog: the pool's one type.
+    """
+
+    reason: str
+    tasks: tuple[str, ...] = ()
+    offerings: tuple[Offering, ...] = ()
+    # What kind of need, for metrics: one of LAUNCH_CAUSES.
+    cause: str = "demand"
+
+    @property
+    def offering(self) -> Offering | None:
+        return self.offerings[0] if self.offerings else None
+
+    def describe(self) -> str:
+        what = f"1 {self.offering.describe()}" if self.offering else "1 instance"
+        return f"launch {what}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Termination:
+    instance_id: str
+    reason: str
+    # Which rule, for metrics: one of TERMINATION_CAUSES.
+    cause: str = "other"
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """Cancel a spot request that has not produced a useful instance."""
+
+    request_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """Tag the instance a managed spot request launched, so it is managed too.
+
+    EC2 does not copy a spot request's tags to its instance.
+    """
+
+    request_id: str
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class MarkWrite:
+    """Set (or, with value None, remove) one mark on instances: one cloud call each."""
+
+    mark: Mark
+    value: datetime | None
+    instance_ids: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A spot machine the cloud is taking back, or took back: one per notice seen."""
+
+    instance_id: str
+    # One of INTERRUPTION_KINDS.
+    kind: str
+
+
+@dataclass(frozen=True)
+class Unschedulable:
+    """A pending task no fleet of this pool could ever run."""
+
+    task: str
+    slots: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    pool: str
+    # Launch tokens derive from this and the launch index, so a replay launches nothing new.
+    launch_key: str
+    # When the launch was decided, as retries of it will see it too (the snapshot's
+    # time): what time-bound launch parameters derive from, so a retry matches.
+    launch_at: datetime
+    launches: tuple[Launch, ...] = ()
+    terminations: tuple[Termination, ...] = ()
+    cancellations: tuple[Cancellation, ...] = ()
+    adoptions: tuple[Adoption, ...] = ()
+    marks: tuple[MarkWrite, ...] = ()
+    unschedulable: tuple[Unschedulable, ...] = ()
+    # Demand left unmet for now (the pool is at max_instances), said for the log.
+    waiting: tuple[str, ...] = ()
+    # Some of that demand waits only because the pool is at max_instances (for metrics).
+    pending_at_max: bool = False
+    # Agents of the snapshot that match no managed instance by id or hostname: static
+    # agents, or dynamic ones whose DET_AGENT_ID is not their instance's id.
+    unmatched_agents: tuple[str, ...] = ()
+    # Spot interruptions this pass saw (for metrics): notices, and preempted machines.
+    interruptions: tuple[Interruption, ...] = ()
+    # The master host's addresses by master_url alias, from the snapshot: the launches'
+    # boot scripts resolve an alias in master_url with them.
+    master_addresses: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def changes_nothing(self) -> bool:
+        return not (
+            self.launches or self.terminations or self.cancellations or self.adoptions or self.marks
+        )
+
+    def describe(self) -> list[str]:
+        """One line per action, for logs and ``dynagent plan``."""
+        lines = [launch.describe() for launch in self.launches]
+        lines += [f"terminate {t.instance_id}: {t.reason}" for t in self.terminations]
+        lines += [f"cancel spot request {c.request_id}: {c.reason}" for c in self.cancellations]
+        lines += [
+            f"tag {a.instance_id} as managed: launched by spot request {a.request_id}"
+            for a in self.adoptions
+        ]
+        for write in self.marks:
+            verb = f"set {write.mark.value}" if write.value else f"clear {write.mark.value}"
+            lines.append(f"{verb} on {', '.join(write.instance_ids)}: {write.reason}")
+        lines += [
+            f"unschedulable {u.task} ({u.slots} slots): {u.reason}" for u in self.unschedulable
+        ]
+        lines += [f"waiting: {note}" for note in self.waiting]
+        lines += [f"{i.kind} of {i.instance_id} seen" for i in self.interruptions]
+        if self.unmatched_agents:
+            lines.append(
+                f"{len(self.unmatched_agents)} agents matching no managed instance "
+                f"(left alone): {_some(self.unmatched_agents)}"
+            )
+        return lines
+
+
+# A pool of thousands of static agents would make one log line of their ids.
+_LISTED = 20
+
+
+def _some(names: tuple[str, ...]) -> str:
+    more = len(names) - _LISTED
+    return ", ".join(names[:_LISTED]) + (f" and {more} more" if more > 0 else "")
