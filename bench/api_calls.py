@@ -28,7 +28,7 @@ from dynagent.core.config import Config, config_from_document
 from dynagent.core.fleet import Mark
 from dynagent.core.snapshot import Agent, PendingTask, Snapshot
 from dynagent.run.reconcile import reconcile
-from dynagent.testing.aws import LocalAws
+from dynagent.testing.aws.local_aws import LocalAws
 
 FLEETS = (100, 1_000)
 CHANGE = 50

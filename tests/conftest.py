@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from dynagent.testing.aws import LocalAws
-    from dynagent.testing.determined import LocalDetermined
+    from dynagent.testing.aws.local_aws import LocalAws
+    from dynagent.testing.determined.master import LocalDetermined
 
 
 @pytest.fixture(scope="session")
 def local_aws() -> Iterator[LocalAws]:
-    from dynagent.testing.aws import LocalAws
+    from dynagent.testing.aws.local_aws import LocalAws
 
     with LocalAws() as server:
         yield server
@@ -53,7 +53,7 @@ def sqs(aws: LocalAws) -> Any:
 
 @pytest.fixture(scope="session")
 def local_master() -> Iterator[LocalDetermined]:
-    from dynagent.testing.determined import LocalDetermined
+    from dynagent.testing.determined.master import LocalDetermined
 
     with LocalDetermined() as server:
         yield server

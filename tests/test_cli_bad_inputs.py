@@ -28,12 +28,12 @@ from dynagent.aws import clients as aws_clients
 from dynagent.cli import main as cli
 from dynagent.gcp import clients as gcp_clients
 from dynagent.gcp.status import PUBSUB_ENDPOINT_ENV
-from dynagent.testing.functions_server import free_port
+from dynagent.testing.gcp.functions_server import free_port
 
 if TYPE_CHECKING:
-    from dynagent.testing.aws import LocalAws
-    from dynagent.testing.gce import LocalCompute
-    from dynagent.testing.pubsub_topics import LocalPubSubTopics
+    from dynagent.testing.aws.local_aws import LocalAws
+    from dynagent.testing.gcp.compute import LocalCompute
+    from dynagent.testing.gcp.pubsub_topics import LocalPubSubTopics
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "dynagent-local"
@@ -266,8 +266,8 @@ def fill(text: str, values: dict[str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def local_gcp() -> Iterator[tuple[LocalCompute, LocalPubSubTopics]]:
-    from dynagent.testing.gce import LocalCompute
-    from dynagent.testing.pubsub_topics import LocalPubSubTopics
+    from dynagent.testing.gcp.compute import LocalCompute
+    from dynagent.testing.gcp.pubsub_topics import LocalPubSubTopics
 
     with LocalCompute(project=PROJECT) as compute, LocalPubSubTopics() as topics:
         yield compute, topics

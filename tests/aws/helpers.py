@@ -11,7 +11,7 @@ import yaml
 from dynagent.aws.sqs import SqsPublisher
 from dynagent.core.config import Config, config_from_document
 from dynagent.core.snapshot import Snapshot
-from dynagent.testing.event_source import queue_arn, sqs_event
+from dynagent.testing.aws.event_source import queue_arn, sqs_event
 
 REGION = "us-west-2"
 FIFO = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}

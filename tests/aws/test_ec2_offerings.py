@@ -2,7 +2,7 @@
 template, the cheapest machine per task, and falling through when EC2 has no capacity.
 
 Against the local AWS, whose CreateFleet is EC2's where this depends on it (ClientToken,
-``Errors`` per override, capacity limits; see dynagent.testing.aws)."""
+``Errors`` per override, capacity limits; see dynagent.testing.aws.local_aws)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dynagent.aws.ec2 import Ec2Provider
 from dynagent.aws.fleet_launch import WarmState, template_name
 from dynagent.core.snapshot import PendingTask, Snapshot
 from dynagent.run.reconcile import reconcile
-from dynagent.testing.aws import LocalAws
+from dynagent.testing.aws.local_aws import LocalAws
 
 from .helpers import config, image_id, managed_instances, now, pool_document, tags_of
 

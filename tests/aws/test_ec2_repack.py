@@ -9,8 +9,8 @@ from collections import Counter
 from typing import Any
 
 from dynagent.aws.functions import AwsFunctions
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.event_source import LambdaContext
+from dynagent.testing.aws.event_source import LambdaContext
+from dynagent.testing.aws.local_aws import LocalAws
 
 from .helpers import (
     config,

@@ -16,8 +16,8 @@ from botocore.config import Config as BotoConfig
 
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.sqs import SqsPublisher
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.event_source import LambdaContext, deliver_once
+from dynagent.testing.aws.event_source import LambdaContext, deliver_once
+from dynagent.testing.aws.local_aws import LocalAws
 
 from .helpers import (
     FIFO,

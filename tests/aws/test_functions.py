@@ -21,7 +21,7 @@ from botocore.config import Config as BotoConfig
 
 from dynagent.aws.functions import AwsFunctions, retry_delay
 from dynagent.aws.sqs import SqsPublisher
-from dynagent.testing.event_source import LambdaContext, deliver_once
+from dynagent.testing.aws.event_source import LambdaContext, deliver_once
 
 from .helpers import (
     config,

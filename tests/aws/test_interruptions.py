@@ -20,7 +20,7 @@ from dynagent.core.plan import Interruption
 from dynagent.report.status import Summary
 from dynagent.run.fallback import NO_CAPACITY
 from dynagent.run.reconcile import apply_snapshot
-from dynagent.testing.aws import LocalAws
+from dynagent.testing.aws.local_aws import LocalAws
 
 from .helpers import (
     FIFO,

@@ -14,8 +14,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.aws_stack import deploy_stack
+from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.aws.stack import deploy_stack
 
 INSTANCE = "arn:aws:ec2:us-west-2:123456789012:instance/i-0123456789abcdef0"
 

@@ -17,7 +17,7 @@ import pytest
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from dynagent.testing.aws import LocalAws
+from dynagent.testing.aws.local_aws import LocalAws
 
 TAGS = [{"ResourceType": "instance", "Tags": [{"Key": "pool", "Value": "a100"}]}]
 SPOT_TAGS = [{"ResourceType": "spot-instances-request", "Tags": [{"Key": "pool", "Value": "a100"}]}]

@@ -14,7 +14,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from dynagent.testing.aws import LocalAws
+from dynagent.testing.aws.local_aws import LocalAws
 
 GPU = "p4d.24xlarge"
 SMALL_GPU = "g5.xlarge"

@@ -20,7 +20,7 @@ from dynagent.aws.emf import EmfWriter
 from dynagent.aws.functions import AwsFunctions
 from dynagent.core.prices import AWS_ON_DEMAND
 from dynagent.report.metrics import BY_NAME, NAMESPACE
-from dynagent.testing.event_source import LambdaContext
+from dynagent.testing.aws.event_source import LambdaContext
 
 from .helpers import (
     config,

@@ -7,7 +7,7 @@ from typing import Any
 
 from dynagent.aws.ec2 import Ec2Provider
 from dynagent.run.reconcile import sweep
-from dynagent.testing.aws import LocalAws
+from dynagent.testing.aws.local_aws import LocalAws
 
 from .helpers import config, image_id, managed_instances, now, pool_document
 

@@ -20,7 +20,7 @@ from dynagent.core.config import Config
 from dynagent.demo.aws_rig import AwsRig
 from dynagent.demo.pools import demo_config
 from dynagent.demo.run import START, Demo, Timeline, VirtualClock
-from dynagent.testing.aws import LocalAws
+from dynagent.testing.aws.local_aws import LocalAws
 
 MIDDAY = timedelta(minutes=9)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from dynagent.testing.agent_machine import AgentMachine
-from dynagent.testing.determined import AgentRegistration, LocalDetermined
+from dynagent.testing.determined.master import AgentRegistration, LocalDetermined
+from dynagent.testing.machines.agent_machine import AgentMachine
 
 from .launches import PATHS, POOL, Path, Sent, launch
 

@@ -27,15 +27,15 @@ from dynagent.core.gpus import aws_gpus
 from dynagent.files.config import load_config
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import MARK_LABELS
-from dynagent.testing.agent_machine import AgentMachine
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.determined import DEFAULT_PASSWORD, AgentRegistration, LocalDetermined
-from dynagent.testing.event_source import deliver_once
-from dynagent.testing.gce import LocalCompute
-from dynagent.testing.metadata_service import MetadataService, aws_metadata, gcp_metadata
-from dynagent.testing.pubsub import PubSubEmulator
-from dynagent.testing.pubsub_events import deliver_pulled
-from dynagent.testing.scaled_pools import add_scaled_pools
+from dynagent.testing.aws.event_source import deliver_once
+from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.determined.master import DEFAULT_PASSWORD, AgentRegistration, LocalDetermined
+from dynagent.testing.determined.scaled_pools import add_scaled_pools
+from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.pubsub import PubSubEmulator
+from dynagent.testing.gcp.pubsub_events import deliver_pulled
+from dynagent.testing.machines.agent_machine import AgentMachine
+from dynagent.testing.machines.metadata_service import MetadataService, aws_metadata, gcp_metadata
 
 from ..aws.helpers import (
     fifo_queue,

@@ -11,8 +11,8 @@ from dynagent.aws.sqs import SqsPublisher
 from dynagent.aws.tags import POOL_TAG
 from dynagent.core.config import Config
 from dynagent.core.snapshot import Snapshot
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.event_source import LambdaContext, deliver_once, queue_arn, sqs_event
+from dynagent.testing.aws.event_source import LambdaContext, deliver_once, queue_arn, sqs_event
+from dynagent.testing.aws.local_aws import LocalAws
 
 from ..aws.helpers import fifo_queue
 from .cluster import Recorder, VirtualClock

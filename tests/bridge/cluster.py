@@ -26,8 +26,8 @@ from dynagent.bridge.client import Credentials, MasterClient
 from dynagent.bridge.loop import Bridge
 from dynagent.core.config import Config, Pool
 from dynagent.core.snapshot import Snapshot
-from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
-from dynagent.testing.scaled_pools import add_scaled_pools
+from dynagent.testing.determined.master import DEFAULT_PASSWORD, LocalDetermined
+from dynagent.testing.determined.scaled_pools import add_scaled_pools
 
 STEP = timedelta(seconds=15)
 SWEEP_EVERY = timedelta(minutes=1)

@@ -15,7 +15,7 @@ from dynagent.bridge.client import Credentials, MasterClient
 from dynagent.bridge.loop import Bridge, BridgeRefused
 from dynagent.core.admission import ADMISSION_REGION
 from dynagent.files.master_config import master_pools
-from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
+from dynagent.testing.determined.master import DEFAULT_PASSWORD, LocalDetermined
 
 from .test_bridge import POOL, Clock, Collected, Layout, Log
 

@@ -18,8 +18,8 @@ from dynagent.bridge.loop import Bridge
 from dynagent.core.config import Config, config_from_document
 from dynagent.core.decide import decide
 from dynagent.core.snapshot import Snapshot
-from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
-from dynagent.testing.scaled_pools import add_scaled_pools
+from dynagent.testing.determined.master import DEFAULT_PASSWORD, LocalDetermined
+from dynagent.testing.determined.scaled_pools import add_scaled_pools
 from tests.core.builders import agent_instance, ago, fleet
 
 from .cluster import admin_disable

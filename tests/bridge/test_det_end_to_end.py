@@ -22,9 +22,9 @@ import pytest
 from dynagent.bridge.client import Credentials, MasterClient
 from dynagent.bridge.loop import BridgeRefused
 from dynagent.files.config import load_config
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.det_cli import DET, DetCli, command, experiment, notebook, shell
-from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
+from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.determined.det_cli import DET, DetCli, command, experiment, notebook, shell
+from dynagent.testing.determined.master import DEFAULT_PASSWORD, LocalDetermined
 
 from ..aws.helpers import image_id, pool_document, write_config
 from .aws_side import AwsSide

@@ -19,8 +19,8 @@ import pytest
 
 from dynagent.bridge.loop import ENABLE_AFTER_REPORT
 from dynagent.core.snapshot import DRAINING_REPORT_LEASE, Snapshot
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.determined import LocalDetermined
+from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.determined.master import LocalDetermined
 
 from ..aws.helpers import config, image_id, pool_document
 from .aws_side import AwsSide

@@ -28,7 +28,7 @@ import pytest
 
 from dynagent.core.config import Pool, config_from_document
 from dynagent.core.gpus import aws_gpus
-from dynagent.testing.determined import LocalDetermined
+from dynagent.testing.determined.master import LocalDetermined
 
 from ..aws.helpers import image_id, pool_document
 from ..gcp.conftest import compute, local_compute, names, publisher, pubsub_emulator, subscriber

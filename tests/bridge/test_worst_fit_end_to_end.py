@@ -15,8 +15,8 @@ from typing import Any
 
 from dynagent.core.config import config_from_document
 from dynagent.core.snapshot import parse_snapshot
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.determined import LocalDetermined
+from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.determined.master import LocalDetermined
 
 from ..aws.helpers import image_id, pool_document
 from .aws_side import AwsSide

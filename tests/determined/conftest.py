@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dynagent.testing.det_cli import DetCli
-from dynagent.testing.determined import DEFAULT_PASSWORD
+from dynagent.testing.determined.det_cli import DetCli
+from dynagent.testing.determined.master import DEFAULT_PASSWORD
 
 if TYPE_CHECKING:
-    from dynagent.testing.determined import LocalDetermined
+    from dynagent.testing.determined.master import LocalDetermined
 
 ADMIN = ("admin", DEFAULT_PASSWORD)
 DET = Path(sys.executable).with_name("det")

@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 import requests
 
-from dynagent.testing.determined import DEFAULT_PASSWORD, ApiError, LocalDetermined
-from dynagent.testing.determined_admission import (
+from dynagent.testing.determined.admission import (
     CURRENT_SLOTS_EXCEEDED,
     PoolState,
     Refusal,
@@ -21,7 +20,8 @@ from dynagent.testing.determined_admission import (
     single_node_fulfillable,
     tasks_to_prune,
 )
-from dynagent.testing.determined_master_config import (
+from dynagent.testing.determined.master import DEFAULT_PASSWORD, ApiError, LocalDetermined
+from dynagent.testing.determined.master_config import (
     MasterConfigError,
     ProviderConfig,
     read_master_config,

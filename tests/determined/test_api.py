@@ -16,7 +16,7 @@ pytest.importorskip("determined", reason="Determined's client: run in .venv-det"
 from determined.common import api
 from determined.common.api import bindings
 
-from dynagent.testing.determined import (
+from dynagent.testing.determined.master import (
     DEFAULT_PASSWORD,
     LocalDetermined,
     salt_and_hash,

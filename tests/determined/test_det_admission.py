@@ -16,8 +16,8 @@ import requests
 import yaml
 
 from dynagent.files.master_config import master_config
-from dynagent.testing import det_cli
-from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
+from dynagent.testing.determined import det_cli
+from dynagent.testing.determined.master import DEFAULT_PASSWORD, LocalDetermined
 
 pytest.importorskip("determined", reason="Determined's CLI: run in .venv-det")
 from determined.common.api import bindings

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dynagent.testing.determined import LocalDetermined
+from dynagent.testing.determined.master import LocalDetermined
 
 pytest.importorskip("determined", reason="Determined's CLI: run in .venv-det")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dynagent.testing.determined_master_config import (
+from dynagent.testing.determined.master_config import (
     MasterConfigError,
     aws_slots_per_instance,
     fitting_policy,

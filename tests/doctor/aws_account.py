@@ -16,8 +16,8 @@ from typing import Any
 
 from dynagent.aws.ec2 import Ec2Provider
 from dynagent.core.config import Config, config_from_document
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.aws_stack import deploy_stack
+from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.aws.stack import deploy_stack
 
 REGION = "us-west-2"
 STACK = "dyn"

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from dynagent.testing.gce import LocalCompute
-from dynagent.testing.gcp_iam import LocalGcpIam
-from dynagent.testing.pubsub_topics import LocalPubSubTopics
+from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.iam import LocalGcpIam
+from dynagent.testing.gcp.pubsub_topics import LocalPubSubTopics
 
 from .gcp_project import Project, well_formed
 

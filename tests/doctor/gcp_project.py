@@ -19,9 +19,9 @@ from google.oauth2.credentials import Credentials
 from dynagent.cli.doctor.gcp import GcpApis
 from dynagent.cli.doctor.gcp.access import ACT_AS, PERMISSIONS, function_account
 from dynagent.core.config import Config, config_from_document
-from dynagent.testing.gce import LocalCompute
-from dynagent.testing.gcp_iam import LocalGcpIam, account_resource
-from dynagent.testing.pubsub_topics import LocalPubSubTopics
+from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.iam import LocalGcpIam, account_resource
+from dynagent.testing.gcp.pubsub_topics import LocalPubSubTopics
 
 PROJECT = "dyn-proj"
 IMAGES = "images-proj"

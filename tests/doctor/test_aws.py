@@ -20,8 +20,8 @@ from dynagent.cli.doctor.aws.concurrency import RESERVATIONS, RESERVED
 from dynagent.cli.doctor.findings import Finding, Status
 from dynagent.cli.main import main
 from dynagent.core.config import Config
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.aws_stack import TEMPLATE, DeployFailed, deploy_stack
+from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.aws.stack import TEMPLATE, DeployFailed, deploy_stack
 
 from .aws_account import (
     REGION,

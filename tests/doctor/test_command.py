@@ -16,7 +16,7 @@ from dynagent.cli.doctor.gcp_environment import IAM_ENDPOINT_ENV
 from dynagent.cli.main import main
 from dynagent.gcp.clients import COMPUTE_ENDPOINT_ENV
 from dynagent.gcp.status import PUBSUB_ENDPOINT_ENV
-from dynagent.testing.aws import LocalAws
+from dynagent.testing.aws.local_aws import LocalAws
 
 from .aws_account import STACK, well_formed
 from .gcp_project import FUNCTIONS, PROJECT, Project

@@ -17,7 +17,7 @@ from dynagent.cli.doctor.gcp import check
 from dynagent.cli.doctor.gcp.access import ACT_AS, PERMISSIONS
 from dynagent.cli.main import main
 from dynagent.core.config import Config
-from dynagent.testing.gcp_iam import account_resource
+from dynagent.testing.gcp.iam import account_resource
 
 from .gcp_project import AGENTS, FUNCTIONS, IMAGES, NAME, PROJECT, Project
 

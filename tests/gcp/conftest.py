@@ -20,13 +20,13 @@ import pytest
 from . import emulators
 
 if TYPE_CHECKING:
-    from dynagent.testing.gce import LocalCompute
-    from dynagent.testing.pubsub import PubSubEmulator
+    from dynagent.testing.gcp.compute import LocalCompute
+    from dynagent.testing.gcp.pubsub import PubSubEmulator
 
 
 @pytest.fixture(scope="session")
 def local_compute() -> Iterator[LocalCompute]:
-    from dynagent.testing.gce import LocalCompute
+    from dynagent.testing.gcp.compute import LocalCompute
 
     with LocalCompute() as server:
         yield server

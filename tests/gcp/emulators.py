@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from dynagent.testing import pubsub
-from dynagent.testing.pubsub import PubSubEmulator
+from dynagent.testing.gcp import pubsub
+from dynagent.testing.gcp.pubsub import PubSubEmulator
 
 REQUIRE_ENV = "DYNAGENT_REQUIRE_EMULATORS"
 

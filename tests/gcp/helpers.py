@@ -7,7 +7,7 @@ from typing import Any
 from dynagent.core.config import Config
 from dynagent.gcp.compute import GceProvider
 from dynagent.run.fallback import CapacityMemory
-from dynagent.testing.gce import LocalCompute
+from dynagent.testing.gcp.compute import LocalCompute
 
 from ..aws.helpers import config, now, snapshot
 

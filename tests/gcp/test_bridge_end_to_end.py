@@ -12,10 +12,10 @@ from dynagent.core.snapshot import Snapshot
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import POOL_LABEL
 from dynagent.gcp.pubsub import PubSubPublisher
-from dynagent.testing.determined import LocalDetermined
-from dynagent.testing.gce import LocalCompute
-from dynagent.testing.pubsub import PubSubEmulator
-from dynagent.testing.pubsub_events import deliver_pulled
+from dynagent.testing.determined.master import LocalDetermined
+from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.pubsub import PubSubEmulator
+from dynagent.testing.gcp.pubsub_events import deliver_pulled
 
 from ..bridge.cluster import Cluster, Recorder, VirtualClock
 from .helpers import config, gcp_pool_document

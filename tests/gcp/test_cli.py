@@ -11,7 +11,7 @@ import yaml
 from dynagent.cli.main import main
 from dynagent.gcp import clients
 from dynagent.gcp.clients import COMPUTE_ENDPOINT_ENV
-from dynagent.testing.gce import LocalCompute
+from dynagent.testing.gcp.compute import LocalCompute
 
 from .helpers import gcp_pool_document, snapshot
 

@@ -10,7 +10,7 @@ from dynagent.core.plan import Launch, Plan, Termination
 from dynagent.core.snapshot import PendingTask, Snapshot
 from dynagent.gcp.compute import GceProvider
 from dynagent.run.fallback import CapacityMemory
-from dynagent.testing.gce import LocalCompute
+from dynagent.testing.gcp.compute import LocalCompute
 
 from .helpers import ZONE, config, gcp_pool_document, managed, now, provider_for
 

@@ -11,7 +11,7 @@ from dynagent.core.decide import decide
 from dynagent.core.fleet import InstanceState, Mark
 from dynagent.core.plan import Interruption, Launch, MarkWrite, Plan, Termination
 from dynagent.run.reconcile import reconcile, sweep
-from dynagent.testing.gce import LocalCompute
+from dynagent.testing.gcp.compute import LocalCompute
 
 from .helpers import ZONE, config, gcp_pool_document, managed, now, provider_for, snapshot
 

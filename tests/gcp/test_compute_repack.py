@@ -9,8 +9,8 @@ from collections import Counter
 from typing import Any
 
 from dynagent.gcp.functions import GcpFunctions
-from dynagent.testing.gce import LocalCompute
-from dynagent.testing.pubsub_events import message_event
+from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.pubsub_events import message_event
 
 from .helpers import ZONE, config, gcp_pool_document, managed, now, snapshot
 

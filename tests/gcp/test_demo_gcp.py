@@ -8,7 +8,7 @@ import re
 import pytest
 
 from dynagent.demo.run import run_demo
-from dynagent.testing import pubsub
+from dynagent.testing.gcp import pubsub
 
 from . import emulators
 

@@ -16,10 +16,10 @@ import yaml
 
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.pubsub import PubSubPublisher
-from dynagent.testing.functions_server import FunctionServer
-from dynagent.testing.gce import LocalCompute
-from dynagent.testing.pubsub import PubSubEmulator
-from dynagent.testing.pubsub_events import message_event
+from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.functions_server import FunctionServer
+from dynagent.testing.gcp.pubsub import PubSubEmulator
+from dynagent.testing.gcp.pubsub_events import message_event
 
 from . import emulators
 from .helpers import config, gcp_pool_document, managed, now, snapshot

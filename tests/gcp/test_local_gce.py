@@ -23,7 +23,7 @@ from google.api_core.future import polling
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
-from dynagent.testing.gce import DEFAULT_ZONE, ApiCall, LocalCompute
+from dynagent.testing.gcp.compute import DEFAULT_ZONE, ApiCall, LocalCompute
 
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 # The client's default polling sleeps a second before its first poll: tests poll faster.

@@ -13,8 +13,8 @@ import pytest
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.logs import METRIC_MESSAGE, MetricLog
 from dynagent.report.metrics import BY_NAME
-from dynagent.testing.gce import LocalCompute
-from dynagent.testing.pubsub_events import message_event
+from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.pubsub_events import message_event
 
 from .helpers import config, gcp_pool_document, managed, now, snapshot
 

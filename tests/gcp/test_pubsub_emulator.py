@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from dynagent.testing import pubsub
-from dynagent.testing.functions_server import FunctionServer, ServerStartError, group_members
-from dynagent.testing.pubsub import PubSubEmulator
+from dynagent.testing.gcp import pubsub
+from dynagent.testing.gcp.functions_server import FunctionServer, ServerStartError, group_members
+from dynagent.testing.gcp.pubsub import PubSubEmulator
 
 from . import emulators
 

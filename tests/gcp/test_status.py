@@ -17,7 +17,7 @@ from dynagent.cli.status_command import GcpSource, statuses, write
 from dynagent.demo.gcp_rig import GcpRig, gcp_rig
 from dynagent.demo.run import Demo, Timeline, VirtualClock
 from dynagent.gcp import clients
-from dynagent.testing import pubsub
+from dynagent.testing.gcp import pubsub
 
 from . import emulators
 

@@ -29,9 +29,9 @@ import pytest
 from dynagent.bridge import command as bridge_command
 from dynagent.cli import main as cli
 from dynagent.core.config import parse_config
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.determined import DEFAULT_PASSWORD, LocalDetermined
-from dynagent.testing.scaled_pools import add_scaled_pools
+from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.determined.master import DEFAULT_PASSWORD, LocalDetermined
+from dynagent.testing.determined.scaled_pools import add_scaled_pools
 from tests.test_template import PUBLISHER_ACTIONS
 
 ROOT = Path(__file__).resolve().parents[2]

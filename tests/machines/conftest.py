@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from dynagent.testing.agent_machine import AgentMachine
-from dynagent.testing.determined import LocalDetermined
+from dynagent.testing.determined.master import LocalDetermined
+from dynagent.testing.machines.agent_machine import AgentMachine
 
 from .machines import require_machines
 

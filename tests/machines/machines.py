@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from dynagent.testing import agent_machine
+from dynagent.testing.machines import agent_machine
 
 REQUIRE_ENV = "DYNAGENT_REQUIRE_EMULATORS"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dynagent.testing.agent_image import DEFAULT_IMAGE
+from dynagent.testing.machines.agent_image import DEFAULT_IMAGE
 
 AWS_INSTANCE_ID = (
     "TOKEN=$(curl -sf -X PUT http://169.254.169.254/latest/api/token "

@@ -6,8 +6,8 @@ import json
 import urllib.request
 from typing import Any
 
-from dynagent.testing.agent_machine import AgentMachine
-from dynagent.testing.determined import AgentRegistration, LocalDetermined
+from dynagent.testing.determined.master import AgentRegistration, LocalDetermined
+from dynagent.testing.machines.agent_machine import AgentMachine
 
 from .scripts import AWS_INSTANCE_ID, GCE_INSTANCE_NAME, agent_boot
 

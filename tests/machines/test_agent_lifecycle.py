@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dynagent.testing.agent_machine import AgentMachine
-from dynagent.testing.determined import LocalDetermined
-from dynagent.testing.docker_engine import CGROUP_ROOT
+from dynagent.testing.determined.master import LocalDetermined
+from dynagent.testing.machines.agent_machine import AgentMachine
+from dynagent.testing.machines.docker_engine import CGROUP_ROOT
 
 from .scripts import AWS_INSTANCE_ID, agent_boot
 
@@ -153,8 +153,8 @@ def test_the_agent_image_answers_to_every_name_asked_for(
 
 CRASHING_TEST = """
 import json, sys, time
-from dynagent.testing.agent_machine import AgentMachine
-from dynagent.testing.determined import LocalDetermined
+from dynagent.testing.machines.agent_machine import AgentMachine
+from dynagent.testing.determined.master import LocalDetermined
 
 master = LocalDetermined().start()
 machine = AgentMachine("aws", "i-crash", gpus=1, master=master).__enter__()

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from dynagent.testing import agent_machine
+from dynagent.testing.machines import agent_machine
 
 from .machines import REQUIRE_ENV, require_machines
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from dynagent.testing.agent_machine import AgentMachine
-from dynagent.testing.determined import AgentRegistration, LocalDetermined
+from dynagent.testing.determined.master import AgentRegistration, LocalDetermined
+from dynagent.testing.machines.agent_machine import AgentMachine
 
 AGENT_FILES = "/usr/local/determined"
 

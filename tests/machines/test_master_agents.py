@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from dynagent.testing.determined import AgentRegistration, LocalDetermined
+from dynagent.testing.determined.master import AgentRegistration, LocalDetermined
 
 
 def post(master: LocalDetermined, path: str) -> tuple[int, str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 
-from dynagent.testing.agent_machine import AgentMachine
-from dynagent.testing.metadata_service import (
+from dynagent.testing.machines.agent_machine import AgentMachine
+from dynagent.testing.machines.metadata_service import (
     MetadataCall,
     MetadataService,
     aws_metadata,

@@ -11,8 +11,8 @@ from dynagent.core.fleet import Mark
 from dynagent.core.plan import Launch, MarkWrite, Plan
 from dynagent.gcp.compute import GceProvider
 from dynagent.run.provider import Provider
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.gce import LocalCompute
+from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.gcp.compute import LocalCompute
 
 from ..aws.helpers import config, image_id, pool_document
 from ..gcp.helpers import gcp_pool_document

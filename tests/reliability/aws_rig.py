@@ -26,8 +26,8 @@ from dynagent.aws.functions import AwsFunctions, retry_delay
 from dynagent.core.config import Config, config_from_document
 from dynagent.core.snapshot import Snapshot
 from dynagent.demo.rig import Discard
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.event_source import LambdaContext, queue_arn, sqs_event
+from dynagent.testing.aws.event_source import LambdaContext, queue_arn, sqs_event
+from dynagent.testing.aws.local_aws import LocalAws
 
 REGION = "us-west-2"
 TAG_KEY, TAG_VALUE = "managed-by", "dynagent-reliability"

@@ -25,8 +25,8 @@ import yaml
 
 from dynagent.aws.tags import MARK_TAGS, POOL_TAG, format_time
 from dynagent.core.fleet import Mark
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.event_source import LambdaContext, sqs_event
+from dynagent.testing.aws.event_source import LambdaContext, sqs_event
+from dynagent.testing.aws.local_aws import LocalAws
 from tests.reliability.aws_rig import (
     REGION,
     TAG_KEY,

@@ -12,9 +12,9 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dynagent.testing.aws import LocalAws
-    from dynagent.testing.gce import LocalCompute
-    from dynagent.testing.pubsub import PubSubEmulator
+    from dynagent.testing.aws.local_aws import LocalAws
+    from dynagent.testing.gcp.compute import LocalCompute
+    from dynagent.testing.gcp.pubsub import PubSubEmulator
 
 
 class Clouds:
@@ -66,13 +66,13 @@ class Clouds:
 
 def _start(name: str) -> Any:
     if name == "aws":
-        from dynagent.testing.aws import LocalAws
+        from dynagent.testing.aws.local_aws import LocalAws
 
         return LocalAws()
     if name == "compute":
-        from dynagent.testing.gce import LocalCompute
+        from dynagent.testing.gcp.compute import LocalCompute
 
         return LocalCompute()
-    from dynagent.testing.pubsub import PubSubEmulator
+    from dynagent.testing.gcp.pubsub import PubSubEmulator
 
     return PubSubEmulator()

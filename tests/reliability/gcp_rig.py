@@ -25,9 +25,9 @@ from dynagent.gcp.labels import POOL_LABEL
 from dynagent.gcp.logs import MetricLog
 from dynagent.gcp.pubsub import REASON_ATTRIBUTE, PubSubPublisher
 from dynagent.run.reconcile import Outcome
-from dynagent.testing.gce import LocalCompute
-from dynagent.testing.pubsub import PubSubEmulator
-from dynagent.testing.pubsub_events import cloud_event, message_event
+from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.pubsub import PubSubEmulator
+from dynagent.testing.gcp.pubsub_events import cloud_event, message_event
 from tests.gcp.helpers import config, gcp_pool_document, snapshot
 
 __all__ = ["config", "gcp_pool_document", "snapshot"]

@@ -1,7 +1,7 @@
 """The reliability scenarios on the local Compute Engine and the Pub/Sub emulator.
 
 Each drives ``GcpFunctions`` (reconcile on CloudEvents from the emulator, and the sweep)
-with the real google-cloud-compute client against ``dynagent.testing.gce`` and a virtual
+with the real google-cloud-compute client against ``dynagent.testing.gcp.compute`` and a virtual
 clock (tests/reliability/gcp_rig.py). Faults are injected only at the doubles; with
 ``mode.inject`` False a scenario injects none, and its ``faults`` stays 0.
 """

@@ -22,7 +22,7 @@ def main(event_path: str, result_path: str) -> None:
     began = time.perf_counter()
     import app  # functions/aws/app.py, as Lambda's init phase imports it
 
-    from dynagent.testing.event_source import LambdaContext
+    from dynagent.testing.aws.event_source import LambdaContext
 
     init = time.perf_counter() - began
     began, cpu = time.perf_counter(), time.process_time()

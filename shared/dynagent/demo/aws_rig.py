@@ -14,8 +14,8 @@ from dynagent.core.config import Config
 from dynagent.core.fleet import Mark
 from dynagent.core.snapshot import Snapshot
 from dynagent.demo.rig import Discard, FleetRow
-from dynagent.testing.aws import LocalAws
-from dynagent.testing.event_source import deliver_once
+from dynagent.testing.aws.event_source import deliver_once
+from dynagent.testing.aws.local_aws import LocalAws
 
 _FIFO = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
 

@@ -20,10 +20,10 @@ from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.labels import LAUNCH_KEY_LABEL, MARK_LABELS, POOL_LABEL, parse_time
 from dynagent.gcp.logs import MetricLog
 from dynagent.gcp.pubsub import REASON_ATTRIBUTE, PubSubPublisher
-from dynagent.testing.gce import LocalCompute
-from dynagent.testing.pubsub import PubSubEmulator
-from dynagent.testing.pubsub_events import deliver_pulled
-from dynagent.testing.pubsub_topics import LocalPubSubTopics
+from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.pubsub import PubSubEmulator
+from dynagent.testing.gcp.pubsub_events import deliver_pulled
+from dynagent.testing.gcp.pubsub_topics import LocalPubSubTopics
 
 TOPIC, DEAD_LETTER_TOPIC = "dynagent-snapshots", "dynagent-dead-letters"
 

@@ -231,7 +231,7 @@ def _rig(cloud: str, clock: VirtualClock, timeline: Timeline) -> Iterator[Rig]:
     """Start the local cloud, and stop everything it started however the demo ends."""
     if cloud == "aws":
         from dynagent.demo.aws_rig import AwsRig
-        from dynagent.testing.aws import LocalAws
+        from dynagent.testing.aws.local_aws import LocalAws
 
         with LocalAws() as aws:
             config = demo_config("aws", IMAGE_ID=aws.image_id())

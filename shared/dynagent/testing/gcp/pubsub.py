@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Final, Self
 
-from dynagent.testing.functions_server import ServerProcess, free_port
+from dynagent.testing.gcp.functions_server import ServerProcess, free_port
 from dynagent.testing.loopback import LOOPBACK, Service
 
 DEFAULT_PROJECT: Final = "dynagent-local"

@@ -40,12 +40,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from dynagent.testing import agent_image
-from dynagent.testing.determined import LocalDetermined
-from dynagent.testing.docker_engine import DockerEngine
-from dynagent.testing.machine_namespace import MachineNamespace
-from dynagent.testing.master_routes import MasterRoutes
-from dynagent.testing.metadata_service import (
+from dynagent.testing.determined.master import LocalDetermined
+from dynagent.testing.machines import agent_image
+from dynagent.testing.machines.docker_engine import DockerEngine
+from dynagent.testing.machines.master_routes import MasterRoutes
+from dynagent.testing.machines.metadata_service import (
     ADDRESS,
     PORT,
     Cloud,
@@ -54,7 +53,8 @@ from dynagent.testing.metadata_service import (
     aws_metadata,
     gcp_metadata,
 )
-from dynagent.testing.netns import listen_in, netns_path
+from dynagent.testing.machines.namespace import MachineNamespace
+from dynagent.testing.machines.netns import listen_in, netns_path
 
 AGENT_CONTAINER: Final = "determined-agent"
 # What cloud-init gives a user-data script (no venv, no test-runner variables).

@@ -9,7 +9,7 @@ from typing import Any
 
 from dynagent.core.config import Config
 from dynagent.files.master_config import master_pools
-from dynagent.testing.determined import LocalDetermined
+from dynagent.testing.determined.master import LocalDetermined
 
 
 def add_scaled_pools(

@@ -1,6 +1,6 @@
-"""Scarce capacity, spot prices and instant EC2 Fleets for LocalAws (see aws.py's docstring).
+"""Scarce capacity, spot prices and instant EC2 Fleets for LocalAws (see local_aws.py's docstring).
 
-This module holds the model; aws.py installs the wrappers that consult it. Nothing here
+This module holds the model; local_aws.py installs the wrappers that consult it. Nothing here
 runs unless a LocalAws owns the account the request landed in.
 
 * ``Scarcity``: per-account capacity limits, one-time injected launch errors, and the
@@ -30,7 +30,7 @@ from moto.ec2.utils import (
 )
 
 from dynagent.core.gpus import AWS_GPUS_PER_INSTANCE
-from dynagent.testing.aws_iam import refuse_pass_role
+from dynagent.testing.aws.iam import refuse_pass_role
 
 SPOT: Final = "spot"
 ON_DEMAND: Final = "on-demand"
@@ -73,7 +73,7 @@ class Site(NamedTuple):
 
 
 class ServerError(EC2ClientError):
-    """An EC2 error that EC2 sends with HTTP 500 (aws.py serialises it so)."""
+    """An EC2 error that EC2 sends with HTTP 500 (local_aws.py serialises it so)."""
 
 
 def launch_error(code: str, message: str | None = None) -> EC2ClientError:
@@ -142,7 +142,7 @@ class _Failure:
 @dataclass
 class Scarcity:
     """One account's capacity limits, pending injected errors and price tables.
-    Callers hold aws.py's state lock around check-then-consume."""
+    Callers hold local_aws.py's state lock around check-then-consume."""
 
     limits: list[_Limit] = field(default_factory=list)
     failures: list[_Failure] = field(default_factory=list)

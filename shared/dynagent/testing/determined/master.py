@@ -120,7 +120,7 @@ The cluster model, with the master's semantics (``rm/agentrm``):
   or disable answers HTTP 500 ``agent disconnected, wait for recovery``.
 * ``finish(task)`` ends a task; ``remove_agent`` ends the agent and kills its tasks.
 
-Agents that connect themselves (``dynagent.testing.agent_machine``'s agent stand-in):
+Agents that connect themselves (``dynagent.testing.machines.agent_machine``'s agent stand-in):
 ``POST /agents?id=&resource_pool=&slots=&slot_type=`` (``cuda``, ``cpu`` or ``none``)
 registers an agent as ``add_agent`` makes one, in the pool it names (an unknown pool is
 refused, HTTP 400, as the master refuses it); a known id registering again is the same
@@ -168,7 +168,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self, cast, g
 import yaml
 from werkzeug.wrappers import Request, Response
 
-from dynagent.testing.determined_admission import (
+from dynagent.testing.determined.admission import (
     WORKSPACE_ID,
     PoolState,
     Refusal,
@@ -176,7 +176,7 @@ from dynagent.testing.determined_admission import (
     resolve_resources,
     tasks_to_prune,
 )
-from dynagent.testing.determined_master_config import (
+from dynagent.testing.determined.master_config import (
     DEFAULT_POOL,
     DEFAULT_PRIORITY,
     MAX_AUX_CONTAINERS_PER_AGENT,
@@ -196,7 +196,7 @@ from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-    from dynagent.testing.tls import Certificate
+    from dynagent.testing.determined.tls import Certificate
 
 # determined.common.api.authentication.PASSWORD_SALT: the client hashes before sending.
 PASSWORD_SALT: Final = "GubPEmmotfiK9TMD6Zdw"
@@ -632,7 +632,7 @@ class LocalDetermined(Service):
 
     Use it as a context manager, or call start() and stop(). It starts with the pools of
     ``master_config`` (master.yaml's text or its mapping, read as the master reads it:
-    dynagent.testing.determined_master_config; MasterConfigError if the master would not
+    dynagent.testing.determined.master_config; MasterConfigError if the master would not
     start with it). Without one: one static pool, ``default`` (the default compute and
     aux pool). And the given users (by default ``admin``, an admin, and ``determined``,
     both with DEFAULT_PASSWORD; the first user is an admin in any case). Everything here
@@ -652,7 +652,7 @@ class LocalDetermined(Service):
         # HTTPS with a certificate made here, as a master with security.tls serves.
         self.certificate: Certificate | None = None
         if tls:  # cryptography is imported only for a TLS master
-            from dynagent.testing.tls import self_signed
+            from dynagent.testing.determined.tls import self_signed
 
             self.certificate = self_signed()
         self._initial_users = dict(

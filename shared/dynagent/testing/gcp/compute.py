@@ -41,7 +41,7 @@ What it serves, with the real API's semantics:
 
 Read-only resources a project offers besides VMs (images, machine and accelerator types,
 region and project quotas, networks and subnetworks) are served from ``catalog``, which
-tests fill: gce_catalog.py says how, and where it is simpler than Compute Engine.
+tests fill: catalog.py says how, and where it is simpler than Compute Engine.
 
 Knobs the API has no call for: make the next inserts' operations fail (QUOTA_EXCEEDED,
 ZONE_RESOURCE_POOL_EXHAUSTED, ...; a failed insert leaves no instance), hold operations
@@ -120,9 +120,9 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from dynagent.testing.gce_catalog import METHODS as CATALOG_METHODS
-from dynagent.testing.gce_catalog import ROUTES as CATALOG_ROUTES
-from dynagent.testing.gce_catalog import Catalog, Forbidden, Missing
+from dynagent.testing.gcp.catalog import METHODS as CATALOG_METHODS
+from dynagent.testing.gcp.catalog import ROUTES as CATALOG_ROUTES
+from dynagent.testing.gcp.catalog import Catalog, Forbidden, Missing
 from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
 
 if TYPE_CHECKING:
@@ -1066,7 +1066,7 @@ class _State:
     faults_served: int = 0
     created: list[str] = field(default_factory=list)  # names, in the order inserts landed
     refused: list[Offering] = field(default_factory=list)  # capacity refusals, in order
-    # Images, machine and accelerator types, quotas, networks: gce_catalog.py.
+    # Images, machine and accelerator types, quotas, networks: catalog.py.
     catalog: Catalog = field(default_factory=Catalog)
 
 
@@ -1821,7 +1821,7 @@ class LocalCompute(Service):
     @property
     def catalog(self) -> Catalog:
         """Images, machine and accelerator types, quotas and networks, to arrange
-        (gce_catalog.py); reset() empties it."""
+        (catalog.py); reset() empties it."""
         return self._compute.state.catalog
 
     def instance(self, name: str, zone: str | None = None) -> JsonObject:

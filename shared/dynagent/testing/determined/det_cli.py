@@ -16,9 +16,9 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
-from dynagent.testing.determined import DEFAULT_PASSWORD
+from dynagent.testing.determined.master import DEFAULT_PASSWORD
 
-DET: Final = Path(__file__).resolve().parents[3] / ".venv-det" / "bin" / "det"
+DET: Final = Path(__file__).resolve().parents[4] / ".venv-det" / "bin" / "det"
 
 
 class DetCli:

@@ -1,4 +1,4 @@
-"""What an account is allowed and offered, for LocalAws (see aws.py's docstring).
+"""What an account is allowed and offered, for LocalAws (see local_aws.py's docstring).
 
 moto serves Service Quotas for ``vpc`` only and has no GetSpotPlacementScores; its
 instance types are offered in every zone its data lists. Here, for LocalAws's own
@@ -250,6 +250,6 @@ def _lambda_patches(lookup: Lookup) -> list[tuple[type, str, object]]:
 
 
 def patches(lookup: Lookup) -> tuple[tuple[type, str, object], ...]:
-    """(owner, attribute, replacement) for aws.py to install while a LocalAws runs;
+    """(owner, attribute, replacement) for local_aws.py to install while a LocalAws runs;
     ``lookup`` gives a LocalAws account's facts (None for any other account)."""
     return (*_service_quota_patches(lookup), *_offering_patches(lookup), *_lambda_patches(lookup))

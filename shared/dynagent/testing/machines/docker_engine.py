@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from dynagent.testing.machine_namespace import MachineNamespace
-from dynagent.testing.runtime_shims import install_shims
+from dynagent.testing.machines.namespace import MachineNamespace
+from dynagent.testing.machines.runtime_shims import install_shims
 
 DOCKERD: Final = "dockerd"
 DOCKER: Final = "docker"

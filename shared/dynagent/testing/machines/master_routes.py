@@ -22,9 +22,9 @@ import subprocess
 import threading
 from typing import Final
 
-from dynagent.testing.docker_engine import DOCKER, DockerEngine
 from dynagent.testing.loopback import LOOPBACK
-from dynagent.testing.netns import Forwarder, listen_in, netns_id, netns_path
+from dynagent.testing.machines.docker_engine import DOCKER, DockerEngine
+from dynagent.testing.machines.netns import Forwarder, listen_in, netns_id, netns_path
 
 _EVENTS: Final = ("start", "die")
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-from dynagent.testing.metadata_service import ADDRESS
+from dynagent.testing.machines.metadata_service import ADDRESS
 
 PRIVATE_DIRS: Final = (
     "/etc",

@@ -1,4 +1,4 @@
-"""IAM's evaluation of identity policies, for LocalAws (see aws.py's docstring).
+"""IAM's evaluation of identity policies, for LocalAws (see local_aws.py's docstring).
 
 moto stores IAM users, roles, groups and their policies, but evaluates none of them unless
 a process-wide setting turns access control on for every account. This module evaluates
@@ -334,7 +334,7 @@ def _service_linked_role_names(
 
 
 def patches(owned: Callable[[str], bool]) -> tuple[tuple[type, str, object], ...]:
-    """(owner, attribute, replacement) for aws.py to install while a LocalAws runs;
+    """(owner, attribute, replacement) for local_aws.py to install while a LocalAws runs;
     ``owned`` says whether an account is a LocalAws's."""
 
     def simulate(self: Any) -> ActionResult:

@@ -22,7 +22,7 @@ runs, and only for that server's own moto account:
   error as 400; boto3 retries a 500, so tests turn retries off); a spot request without
   capacity stays ``open``/``capacity-not-available``. ``fail_next_launch`` injects one
   EC2 error (VcpuLimitExceeded, ...) into the next matching launch.
-* CreateFleet ``Type: instant`` is served here (aws_fleet.py), because moto's ignores
+* CreateFleet ``Type: instant`` is served here (fleet.py), because moto's ignores
   ClientToken, never returns ``Errors``, ignores Priority and allocation strategies, answers
   an empty LaunchTemplateConfigs with a 500, launches nothing when the target is below the
   first override's WeightedCapacity, and drops the template's MetadataOptions and the
@@ -55,10 +55,10 @@ runs, and only for that server's own moto account:
   launches with ``DryRun`` check the image and the caller's ``iam:PassRole`` on the
   instance profile's role, and use no capacity or injected failure; SimulatePrincipalPolicy
   evaluates the principal's identity policies; EC2's service-linked roles get AWS's names
-  (aws_iam.py). Service Quotas values for ``ec2``, spot placement scores, instance
+  (iam.py). Service Quotas values for ``ec2``, spot placement scores, instance
   types withheld from zones and the Lambda concurrency limit (GetAccountSettings, which
-  moto lacks) are set by tests (aws_account.py); a stack made from
-  template.yaml stands for its deployment (aws_stack.py). Each module's docstring says
+  moto lacks) are set by tests (account.py); a stack made from
+  template.yaml stands for its deployment (stack.py). Each module's docstring says
   where it is simpler than AWS.
 
 * SQS counts a message's size as SQS does: the body's UTF-8 bytes plus each message
@@ -122,9 +122,9 @@ from moto.moto_server.werkzeug_app import (
 from moto.sqs.exceptions import InvalidParameterValue
 from moto.sqs.models import SQSBackend
 
-from dynagent.testing.aws_account import AccountFacts, Quota
-from dynagent.testing.aws_account import patches as account_patches
-from dynagent.testing.aws_fleet import (
+from dynagent.testing.aws.account import AccountFacts, Quota
+from dynagent.testing.aws.account import patches as account_patches
+from dynagent.testing.aws.fleet import (
     ON_DEMAND,
     SPOT,
     Scarcity,
@@ -136,9 +136,9 @@ from dynagent.testing.aws_fleet import (
     launch_error,
     zone_of,
 )
-from dynagent.testing.aws_iam import patches as iam_patches
-from dynagent.testing.aws_iam import refuse_pass_role
-from dynagent.testing.aws_stack import patches as stack_patches
+from dynagent.testing.aws.iam import patches as iam_patches
+from dynagent.testing.aws.iam import refuse_pass_role
+from dynagent.testing.aws.stack import patches as stack_patches
 from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, QuietHandler, Service
 
 DEFAULT_REGION: Final = "us-west-2"
@@ -292,7 +292,7 @@ class _Knobs:
     wire_faults: list[_WireFault] = field(default_factory=list)  # errors and late answers
     # Faults served so far, by kind ("error", "late", "hidden"); see LocalAws.faults_served.
     served: dict[str, int] = field(default_factory=dict)
-    # Service quotas, spot placement scores, types withheld from zones (aws_account.py).
+    # Service quotas, spot placement scores, types withheld from zones (account.py).
     facts: AccountFacts = field(default_factory=AccountFacts)
 
     def count(self, kind: str, n: int = 1) -> None:
@@ -640,7 +640,7 @@ def _run_site(response: Any) -> Site:
 
 def _dry_run(response: Any, specification: str, run: Callable[[], Any]) -> Any:
     """A launch with DryRun: EC2's checks of the image and of the caller's iam:PassRole
-    (aws_iam.py), then moto's DryRunOperation; no capacity or injected failure is used."""
+    (iam.py), then moto's DryRunOperation; no capacity or injected failure is used."""
     _refuse_unknown_image(response.ec2_backend, response._get_param(f"{specification}ImageId"))
     refuse_pass_role(
         response,

@@ -10,10 +10,10 @@ transform, so each function is made as the plain ``AWS::Lambda::Function`` SAM w
 make, with a stub for code and without its layer, environment, events or logging
 settings; no layer, schedules, alarms or dashboard, and the stack's outputs are left out
 too. As on AWS, a function's reservation the account cannot spare fails the deployment
-(aws_account.py): the stack rolls back (``ROLLBACK_COMPLETE``, Lambda's message in its
+(account.py): the stack rolls back (``ROLLBACK_COMPLETE``, Lambda's message in its
 events) and ``deploy_stack`` raises ``DeployFailed``, as ``sam deploy`` exits non-zero.
 
-Two fixes to moto's CloudFormation, for LocalAws's accounts (installed by aws.py):
+Two fixes to moto's CloudFormation, for LocalAws's accounts (installed by local_aws.py):
 DescribeStackResources leaves out a resource whose condition is false, as CloudFormation
 does (moto lists it as a record without ids or type); and a resource Lambda refuses
 rolls the stack back (moto leaves it ``CREATE_IN_PROGRESS`` and sends Lambda's JSON
@@ -33,7 +33,7 @@ from moto.awslambda.exceptions import LambdaClientError
 from moto.cloudformation.models import CloudFormationBackend, Stack
 from moto.cloudformation.utils import yaml_tag_constructor
 
-TEMPLATE: Final = Path(__file__).resolve().parents[3] / "template.yaml"
+TEMPLATE: Final = Path(__file__).resolve().parents[4] / "template.yaml"
 KEPT: Final = frozenset(
     {
         "AWS::SQS::Queue", "AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy",
@@ -110,7 +110,7 @@ def _body(path: Path) -> str:
 
 
 def patches(owned: Callable[[str], bool]) -> tuple[tuple[type, str, object], ...]:
-    """(owner, attribute, replacement) for aws.py to install while a LocalAws runs."""
+    """(owner, attribute, replacement) for local_aws.py to install while a LocalAws runs."""
     original = CloudFormationBackend.describe_stack_resources
     create_resources = Stack.create_resources
 

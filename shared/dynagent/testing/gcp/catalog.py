@@ -1,4 +1,4 @@
-"""What a project offers and holds besides VMs, for the local Compute (see gce.py).
+"""What a project offers and holds besides VMs, for the local Compute (see compute.py).
 
 ``dynagent doctor`` reads these before any launch; the local Compute serves them from a
 ``Catalog`` tests fill, with the API's paths, JSON shapes and errors (404 ``notFound``

@@ -71,7 +71,7 @@ CAPABILITIES: Final = (
 )
 
 _HOOK: Final = '''#!{python}
-"""A machine's stub NVIDIA hook (dynagent.testing.runtime_shims): {gpus} GPU(s)."""
+"""A machine's stub NVIDIA hook (dynagent.testing.machines.runtime_shims): {gpus} GPU(s)."""
 import json, os, sys
 
 GPUS = {gpus}
@@ -98,7 +98,7 @@ if sys.argv[1:2] == ["prestart"]:
 '''
 
 _RUNC: Final = """#!/bin/sh
-# dynagent.testing.runtime_shims: drop capabilities this host lacks, then run runc.
+# dynagent.testing.machines.runtime_shims: drop capabilities this host lacks, then run runc.
 for arg in "$@"; do
     case "$arg" in create | exec) exec {python} {filter} {runc} "$@" ;; esac
 done

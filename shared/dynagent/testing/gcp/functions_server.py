@@ -3,7 +3,7 @@
 ``FunctionServer`` runs ``functions-framework --target NAME --source FILE`` on 127.0.0.1
 and a free port, with the environment it is given, the way Cloud Run functions runs the
 same code: one process, its own HTTP server. A Pub/Sub push subscription (the emulator's,
-see ``dynagent.testing.pubsub``) pointed at ``push_endpoint(topic)`` delivers messages to
+see ``dynagent.testing.gcp.pubsub``) pointed at ``push_endpoint(topic)`` delivers messages to
 it as Pub/Sub pushes to Cloud Run do; functions-framework turns a raw push body into the
 ``messagePublished`` CloudEvent a cloudevent function takes.
 

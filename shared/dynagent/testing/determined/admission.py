@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from dynagent.testing.determined_master_config import ProviderConfig
+from dynagent.testing.determined.master_config import ProviderConfig
 
 CURRENT_SLOTS_EXCEEDED: Final = "LAUNCH_WARNING_CURRENT_SLOTS_EXCEEDED"
 UNFULFILLABLE: Final = "request unfulfillable, please try requesting less slots"
