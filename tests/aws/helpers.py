@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -9,9 +10,9 @@ from typing import Any
 import yaml
 
 from dynagent.aws.sqs import SqsPublisher
-from dynagent.core.config import Config, config_from_document
 from dynagent.core.snapshot import Snapshot
 from dynagent.testing.aws.event_source import queue_arn, sqs_event
+from tests import builders
 
 REGION = "us-west-2"
 FIFO = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
@@ -35,53 +36,40 @@ def image_id(ec2: Any) -> str:
 _IMAGES: list[str] = []
 
 
+# The AWS tests' account: the local AWS's region, its own tag pair, an 8-GPU type.
+AWS_TEST_POOL: dict[str, Any] = {
+    "region": REGION,
+    "instance_type": "p4d.24xlarge",
+    "max_instances": 5,
+    "tag_key": "managed-by",
+    "tag_value": "dynagent-test",
+    "master_url": "http://10.0.0.5:8080",
+    "agent_docker_network": "determined",
+    "startup_script": "echo hello",
+}
+
+
 def pool_document(image: str, name: str = "a100", **provider: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "type": "aws",
-        "region": REGION,
-        "image_id": image,
-        "instance_type": "p4d.24xlarge",
-        "max_instances": 5,
-        "tag_key": "managed-by",
-        "tag_value": "dynagent-test",
-        "master_url": "http://10.0.0.5:8080",
-        "agent_docker_network": "determined",
-        "startup_script": "echo hello",
-    }
-    fields.update(provider)
-    return {"pool_name": name, "provider": fields}
+    return builders.pool_entry(name, **(AWS_TEST_POOL | {"image_id": image} | provider))
 
 
-def config(*pools: dict[str, Any], **settings: Any) -> Config:
-    document: dict[str, Any] = {"resource_pools": list(pools)}
-    if settings:
-        document["dynagent"] = settings
-    return config_from_document(document)
+config = builders.config
 
 
 def write_config(path: Path, *pools: dict[str, Any], **settings: Any) -> Path:
-    document: dict[str, Any] = {"resource_pools": list(pools)}
-    if settings:
-        document["dynagent"] = settings
-    path.write_text(yaml.safe_dump(document))
+    path.write_text(yaml.safe_dump(builders.config_document(*pools, **settings)))
     return path
 
 
 def snapshot(
     seq: int,
     pool: str = "a100",
-    pending: list[tuple[str, int]] = (),  # type: ignore[assignment]
-    agents: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
+    pending: Iterable[tuple[str, int]] = (),
+    agents: Iterable[tuple[str, int, int]] = (),
     time: datetime | None = None,
 ) -> Snapshot:
-    return Snapshot.model_validate(
-        {
-            "pool": pool,
-            "seq": seq,
-            "time": (time or now()).isoformat(),
-            "pending": [{"task": t, "slots": s} for t, s in pending],
-            "agents": [{"id": i, "slots": s, "used_slots": u} for i, s, u in agents],
-        }
+    return builders.snapshot(
+        pool_name=pool, seq=seq, time=time or now(), pending=pending, agents=agents
     )
 
 

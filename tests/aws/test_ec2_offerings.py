@@ -13,11 +13,11 @@ from typing import Any
 
 from dynagent.aws.ec2 import Ec2Provider
 from dynagent.aws.fleet_launch import WarmState, template_name
-from dynagent.core.snapshot import PendingTask, Snapshot
+from dynagent.core.snapshot import Snapshot
 from dynagent.run.reconcile import reconcile
 from dynagent.testing.aws.local_aws import LocalAws
 
-from .helpers import config, image_id, managed_instances, now, pool_document, tags_of
+from .helpers import config, image_id, managed_instances, now, pool_document, snapshot, tags_of
 
 V100S = ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]
 
@@ -35,8 +35,7 @@ def offerings_provider(
 
 
 def demand(seq: int, *slots: int) -> Snapshot:
-    tasks = tuple(PendingTask(task=f"t{i}", slots=n) for i, n in enumerate(slots))
-    return Snapshot(pool="a100", seq=seq, time=now(), pending=tasks)
+    return snapshot(seq, "a100", pending=[(f"t{i}", n) for i, n in enumerate(slots)])
 
 
 def types(ec2: Any) -> Counter[str]:

@@ -26,14 +26,13 @@ from dynagent.core.config import GcpProvider, Pool
 from dynagent.core.decide import decide
 from dynagent.core.snapshot import parse_snapshot
 from dynagent.gcp.instance_body import AGENT_ID_COMMAND as GCE_AGENT_ID
-
-from ..core.builders import NOW, fleet, provider_fields, snapshot, snapshot_document, task
+from tests.builders import NOW, fleet, pool, snapshot, snapshot_document, task
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
 
 def aws(**fields: Any) -> Pool:
-    return Pool.model_validate({"name": "gpu", "provider": provider_fields(**fields)})
+    return pool("gpu", **fields)
 
 
 def gcp(**fields: Any) -> Pool:

@@ -20,7 +20,7 @@ from dynagent.core.decide import decide
 from dynagent.core.snapshot import Snapshot
 from dynagent.testing.determined.master import DEFAULT_PASSWORD, LocalDetermined
 from dynagent.testing.determined.scaled_pools import add_scaled_pools
-from tests.core.builders import agent_instance, ago, fleet
+from tests.builders import agent_instance, ago, fleet
 
 from .cluster import admin_disable
 

@@ -18,7 +18,7 @@ from dynagent.bridge.drain import DrainAction, Drainer
 from dynagent.bridge.reading import AgentReading, PoolReading
 from dynagent.core.config import Pool
 from dynagent.core.snapshot import PendingTask
-from tests.core.builders import pool
+from tests.builders import pool
 
 NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
 CAPPED = pool(instance_type="p3.16xlarge", drain_idle_agents=True, max_instances=3)  # 8 slots

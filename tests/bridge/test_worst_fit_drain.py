@@ -17,7 +17,7 @@ from dynagent.bridge.reading import AgentReading, PoolReading
 from dynagent.core.decide import decide
 from dynagent.core.fleet import Fleet
 from dynagent.core.snapshot import Agent, PendingTask, Snapshot
-from tests.core.builders import agent_instance, ago, pool
+from tests.builders import agent_instance, ago, pool
 
 NOW = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
 DRAINED = pool(instance_type="p3.16xlarge", drain_idle_agents=True)  # 8 slots

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dynagent.core.decide import decide
-from tests.core.builders import NOW, agent_instance, ago, busy, fleet, idle, pool, snapshot
+from tests.builders import NOW, agent_instance, ago, busy, fleet, idle, pool, snapshot
 
 
 def test_an_agent_named_by_its_hostname_is_its_instance() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dynagent.core.decide import decide
 from dynagent.core.fleet import InstanceState
 from dynagent.core.plan import LAUNCH_CAUSES, TERMINATION_CAUSES
-from tests.core.builders import (
+from tests.builders import (
     NOW,
     agent_instance,
     ago,

@@ -12,7 +12,7 @@ import yaml
 
 from dynagent.core.config import Config, ConfigError, Settings, config_from_document, parse_config
 from dynagent.files.config import load_config
-from tests.core.builders import IMAGE_ID
+from tests.builders import IMAGE_ID
 
 # A resource pool as an admin has it in Determined's master.yaml, pasted unchanged.
 MASTER_YAML = f"""

@@ -20,7 +20,7 @@ from dynagent.core.decide import decide
 from dynagent.core.fleet import Fleet, InstanceState, Mark, RequestState
 from dynagent.core.plan import Adoption, MarkWrite, Plan
 from dynagent.core.snapshot import Agent, Snapshot
-from tests.core.builders import (
+from tests.builders import (
     NOW,
     agent_instance,
     ago,

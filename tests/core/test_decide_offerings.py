@@ -11,7 +11,7 @@ from dynagent.core.decide import decide
 from dynagent.core.fleet import Fleet, Instance
 from dynagent.core.plan import Plan
 from dynagent.core.snapshot import Agent
-from tests.core.builders import NOW, agent_instance, ago, pool, snapshot, starting, task
+from tests.builders import NOW, agent_instance, ago, pool, snapshot, starting, task
 
 V100S = ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]
 

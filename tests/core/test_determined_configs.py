@@ -21,7 +21,7 @@ import yaml
 from dynagent.cli.main import describe_config
 from dynagent.core.config import AwsProvider, Config, ConfigError, GcpProvider, parse_config
 from dynagent.core.pools.aws import DEFAULT_IMAGE_IDS
-from tests.core.builders import IMAGE_ID
+from tests.builders import IMAGE_ID
 
 AWS_ENV = {"AWS_REGION": "us-west-2"}
 GCP_ENV = {"DYNAGENT_GCP_PROJECT": "det-project", "DYNAGENT_GCP_ZONE": "us-west1-b"}

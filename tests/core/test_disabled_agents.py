@@ -11,7 +11,7 @@ import pytest
 from dynagent.core.config import Pool
 from dynagent.core.decide import decide
 from dynagent.core.snapshot import Agent, parse_snapshot
-from tests.core.builders import (
+from tests.builders import (
     NOW,
     agent_instance,
     ago,

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from dynagent.core.decide import decide
 from dynagent.core.snapshot import DRAINING_REPORT_LEASE, Agent, parse_snapshot
-from tests.core.builders import (
+from tests.builders import (
     NOW,
     agent_instance,
     ago,

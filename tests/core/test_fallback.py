@@ -7,7 +7,7 @@ from datetime import timedelta
 from dynagent.core.offerings import Offering, Purchase
 from dynagent.core.plan import Launch
 from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
-from tests.core.builders import NOW
+from tests.builders import NOW
 
 SMALL_SPOT = Offering("p3.2xlarge", 1, 0.9, "subnet-a", Purchase.SPOT)
 SMALL_OD = Offering("p3.2xlarge", 1, 3.06, "subnet-a", Purchase.ON_DEMAND)

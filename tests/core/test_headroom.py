@@ -9,7 +9,7 @@ snapshot keeps the headroom), and reaps no idle agent the headroom needs.
 from __future__ import annotations
 
 from dynagent.core.decide import decide
-from tests.core.builders import NOW, agent_instance, ago, fleet, idle, pool, snapshot
+from tests.builders import NOW, agent_instance, ago, fleet, idle, pool, snapshot
 
 HEADROOM = pool(warm_headroom_slots=4, max_instances=4)  # p3.8xlarge: 4 slots
 

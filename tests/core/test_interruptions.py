@@ -14,7 +14,7 @@ from dynagent.core.interruptions import Notice, plan_interruption
 from dynagent.core.offerings import Purchase
 from dynagent.core.plan import INTERRUPTION_KINDS, TERMINATION_CAUSES, Interruption
 from dynagent.report import metrics
-from tests.core.builders import (
+from tests.builders import (
     NOW,
     agent_instance,
     ago,

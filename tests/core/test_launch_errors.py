@@ -8,8 +8,7 @@ from datetime import timedelta
 
 from dynagent.core.plan import Launch, Plan
 from dynagent.run.launch_errors import LaunchErrorMemory, StickyLaunchError
-
-from .builders import NOW, pool
+from tests.builders import NOW, pool
 
 T = timedelta(minutes=10)
 

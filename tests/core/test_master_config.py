@@ -25,7 +25,7 @@ from dynagent.core.admission import (
 from dynagent.core.config import ConfigError, parse_config
 from dynagent.files.config import load_config
 from dynagent.files.master_config import master_config
-from tests.core.builders import IMAGE_ID
+from tests.builders import IMAGE_ID
 
 ENV = {"AWS_REGION": "us-west-2", "DYNAGENT_GCP_PROJECT": "p", "DYNAGENT_GCP_ZONE": "us-west1-b"}
 

@@ -12,7 +12,7 @@ from dynagent.core.config import ConfigError, parse_config
 from dynagent.core.offerings import Purchase
 from dynagent.core.pools.aws import AwsProvider
 from dynagent.core.pools.gcp import GcpProvider
-from tests.core.builders import IMAGE_ID
+from tests.builders import IMAGE_ID
 
 V100S = ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]
 

@@ -10,7 +10,7 @@ import pytest
 from dynagent.core.offerings import Shape
 from dynagent.core.packing import Demand, Existing, pack
 from dynagent.core.snapshot import PendingTask
-from tests.core.builders import task
+from tests.builders import task
 
 
 def packed(

@@ -14,8 +14,7 @@ from dynagent.report.metrics import BY_NAME, CATALOG, Point, point
 from dynagent.report.pass_metrics import dead_letter_point, pass_points
 from dynagent.run.provider import LaunchErrorKind, LaunchResult
 from dynagent.run.reconcile import Outcome
-
-from .builders import (
+from tests.builders import (
     NOW,
     POOL_NAME,
     agent_instance,
@@ -23,8 +22,8 @@ from .builders import (
     fleet,
     instance,
     pool,
+    snapshot,
     starting,
-    task,
 )
 
 P38 = 12.24  # p3.8xlarge on demand, dollars per hour (dynagent.core.prices)
@@ -42,13 +41,7 @@ def values(points: list[Point]) -> dict[tuple[str, ...], float]:
 
 
 def snap(pending: list[tuple[str, int]] = (), agents: list[Agent] = (), age: float = 0) -> Snapshot:  # type: ignore[assignment]
-    return Snapshot(
-        pool=POOL_NAME,
-        seq=7,
-        time=NOW - timedelta(seconds=age),
-        pending=tuple(task(n, s) for n, s in pending),
-        agents=tuple(agents),
-    )
+    return snapshot(pending=pending, agents=agents, time=NOW - timedelta(seconds=age))
 
 
 def test_a_snapshot_pass_reports_demand_agents_fleet_and_what_it_did() -> None:

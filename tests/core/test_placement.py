@@ -15,7 +15,7 @@ from dynagent.core.decide import decide
 from dynagent.core.fleet import Fleet, Instance
 from dynagent.core.plan import Plan
 from dynagent.core.snapshot import Agent, PendingTask
-from tests.core.builders import NOW, agent_instance, ago, pool, snapshot, starting
+from tests.builders import NOW, agent_instance, ago, pool, snapshot, starting
 
 G5 = ["g5.xlarge", "g5.12xlarge", "g5.48xlarge"]
 SLOTS = {"g5.xlarge": 1, "g5.12xlarge": 4, "g5.48xlarge": 8}

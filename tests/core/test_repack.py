@@ -21,7 +21,7 @@ from dynagent.run.fallback import NO_CAPACITY, Attempt, CapacityMemory, launch_w
 from dynagent.run.launch_errors import LaunchErrorMemory
 from dynagent.run.provider import LaunchResult
 from dynagent.run.reconcile import Outcome, reconcile
-from tests.core.builders import NOW, pool, snapshot, task
+from tests.builders import NOW, pool, snapshot, task
 
 SUBNETS = ["subnet-a", "subnet-b"]
 

@@ -14,7 +14,7 @@ from dynagent.core.snapshot import (
     snapshot_age,
     snapshot_from_document,
 )
-from tests.core.builders import NOW, busy, snapshot, snapshot_document, task
+from tests.builders import NOW, busy, snapshot, snapshot_document, task
 
 
 def test_parses_a_v1_snapshot() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from dynagent.report.status import pool_status, render
-from tests.core.builders import NOW, agent_instance, ago, fleet, pool, starting
+from tests.builders import NOW, agent_instance, ago, fleet, pool, starting
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

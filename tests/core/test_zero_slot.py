@@ -16,7 +16,7 @@ from dynagent.core.config import ConfigError, Pool, parse_config
 from dynagent.core.decide import decide
 from dynagent.core.fitting import agents_for_zero_slot, zero_slot_room
 from dynagent.core.snapshot import Agent
-from tests.core.builders import (
+from tests.builders import (
     NOW,
     agent_instance,
     ago,

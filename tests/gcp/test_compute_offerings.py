@@ -7,12 +7,12 @@ from dynagent.core.decide import decide
 from dynagent.core.fleet import Fleet
 from dynagent.core.offerings import Offering
 from dynagent.core.plan import Launch, Plan, Termination
-from dynagent.core.snapshot import PendingTask, Snapshot
+from dynagent.core.snapshot import Snapshot
 from dynagent.gcp.compute import GceProvider
 from dynagent.run.fallback import CapacityMemory
 from dynagent.testing.gcp.compute import LocalCompute
 
-from .helpers import ZONE, config, gcp_pool_document, managed, now, provider_for
+from .helpers import ZONE, config, gcp_pool_document, managed, now, provider_for, snapshot
 
 SMALL = {"machine_type": "n1-standard-8", "gpu_type": "nvidia-tesla-t4", "gpu_num": 1}
 LARGE = {"machine_type": "n1-standard-32", "gpu_type": "nvidia-tesla-t4", "gpu_num": 4}
@@ -26,8 +26,7 @@ def offerings_provider(compute: LocalCompute, memory: CapacityMemory) -> GceProv
 
 
 def demand(seq: int, *slots: int) -> Snapshot:
-    tasks = tuple(PendingTask(task=f"t{i}", slots=n) for i, n in enumerate(slots))
-    return Snapshot(pool="t4", seq=seq, time=now(), pending=tasks)
+    return snapshot(seq, "t4", pending=[(f"t{i}", n) for i, n in enumerate(slots)])
 
 
 def machine_types(compute: LocalCompute) -> list[str]:

@@ -23,11 +23,12 @@ from botocore.retries import standard
 
 from dynagent.aws.emf import EmfWriter
 from dynagent.aws.functions import AwsFunctions, retry_delay
-from dynagent.core.config import Config, config_from_document
+from dynagent.core.config import Config
 from dynagent.core.snapshot import Snapshot
 from dynagent.demo.rig import Discard
 from dynagent.testing.aws.event_source import LambdaContext, queue_arn, sqs_event
 from dynagent.testing.aws.local_aws import LocalAws
+from tests import builders
 
 REGION = "us-west-2"
 TAG_KEY, TAG_VALUE = "managed-by", "dynagent-reliability"
@@ -114,23 +115,23 @@ def virtual_backoff(client: Any, clock: VirtualClock) -> Any:
     return client
 
 
+# The rig's pools: its region and tag pair, an 8-GPU type, five machines at most.
+RIG_POOL: dict[str, Any] = {
+    "region": REGION,
+    "instance_type": "p4d.24xlarge",
+    "max_instances": 5,
+    "tag_key": TAG_KEY,
+    "tag_value": TAG_VALUE,
+    "master_url": "http://10.0.0.5:8080",
+}
+
+
 def pool(name: str, image: str, **provider: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "type": "aws",
-        "region": REGION,
-        "image_id": image,
-        "instance_type": "p4d.24xlarge",
-        "max_instances": 5,
-        "tag_key": TAG_KEY,
-        "tag_value": TAG_VALUE,
-        "master_url": "http://10.0.0.5:8080",
-    }
-    fields.update(provider)
-    return {"pool_name": name, "provider": fields}
+    return builders.pool_entry(name, **(RIG_POOL | {"image_id": image} | provider))
 
 
 def pool_config(*pools: dict[str, Any]) -> Config:
-    return config_from_document({"resource_pools": list(pools)})
+    return builders.config(*pools)
 
 
 def snapshot(
@@ -140,15 +141,7 @@ def snapshot(
     pending: Iterable[tuple[str, int]] = (),
     agents: Iterable[tuple[str, int, int]] = (),
 ) -> Snapshot:
-    return Snapshot.model_validate(
-        {
-            "pool": pool,
-            "seq": seq,
-            "time": time.isoformat(),
-            "pending": [{"task": t, "slots": s} for t, s in pending],
-            "agents": [{"id": i, "slots": s, "used_slots": u} for i, s, u in agents],
-        }
-    )
+    return builders.snapshot(pool_name=pool, seq=seq, time=time, pending=pending, agents=agents)
 
 
 @dataclass

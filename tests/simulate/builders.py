@@ -1,4 +1,4 @@
-"""Small pools and hand-made traces for the simulator's tests.
+"""The simulator's small pools and hand-made traces.
 
 The default pool: 8-GPU instances (p4d.24xlarge), 0..4 of them, idle and starting
 periods short enough that a hand-worked answer stays a few lines of arithmetic. Runs
@@ -15,22 +15,23 @@ from dynagent.simulate.boot import UNIFORM
 from dynagent.simulate.replay import Replay, replay
 from dynagent.simulate.run import PolicyRun, RunOptions, simulate
 from dynagent.simulate.trace import Job, Trace
+from tests import builders
 
 SETTINGS = Settings()
 
 
+# The simulator's small pool (tests/builders.py builds it): short periods, four 8-GPU
+# machines at most.
+SIMULATED_POOL: dict[str, Any] = {
+    "instance_type": "p4d.24xlarge",
+    "max_instances": 4,
+    "max_idle_agent_period": "5m",
+    "max_agent_starting_period": "20m",
+}
+
+
 def pool(**overrides: Any) -> Pool:
-    provider: dict[str, Any] = {
-        "type": "aws",
-        "region": "us-east-1",
-        "image_id": "ami-0123456789abcdef0",
-        "instance_type": "p4d.24xlarge",
-        "max_instances": 4,
-        "max_idle_agent_period": "5m",
-        "max_agent_starting_period": "20m",
-    }
-    provider.update(overrides)
-    return Pool.model_validate({"name": "gpu", "provider": provider})
+    return builders.pool(**(SIMULATED_POOL | overrides))
 
 
 def mixed_pool(**overrides: Any) -> Pool:

@@ -12,7 +12,7 @@ from dynagent.core.fleet import Fleet
 from dynagent.simulate.clock import Events
 from dynagent.simulate.master import SimMaster
 from dynagent.simulate.trace import Job
-from tests.core.builders import NOW, pool, snapshot
+from tests.builders import NOW, pool, snapshot
 from tests.core.test_placement import job
 
 G5 = {"g5.xlarge": 1, "g5.12xlarge": 4, "g5.48xlarge": 8}

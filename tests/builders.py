@@ -1,9 +1,11 @@
-"""Plain-data builders for the core's inputs: pools, instances, spot requests, snapshots.
+"""The one builder of each input, for every test folder: pools (as models and as config
+entries), configs, instances, spot requests, fleets and snapshots.
 
-Everything is relative to a fixed ``NOW`` so a scenario reads as "launched 25 minutes
-ago", never as a wall-clock time. The default pool is Determined's defaults on a
-p3.8xlarge: 4 slots per instance, min 0, max 5, idle and starting periods 20m, and a
-disconnected period of 10m.
+A folder with defaults of its own (the simulator's small pool, the AWS tests' account)
+passes them through these. Everything is relative to a fixed ``NOW`` so a scenario reads
+as "launched 25 minutes ago", never as a wall-clock time. The default pool is
+Determined's defaults on a p3.8xlarge: 4 slots per instance, min 0, max 5, idle and
+starting periods 20m, and a disconnected period of 10m.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dynagent.aws.refusals import UNFULFILLABLE_SPOT_STATUSES
-from dynagent.core.config import Pool
+from dynagent.core.config import Config, Pool, config_from_document
 from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
 from dynagent.core.snapshot import Agent, PendingTask, Snapshot
 
@@ -42,6 +44,24 @@ def provider_fields(**overrides: Any) -> dict[str, Any]:
 def pool(name: str = POOL_NAME, **overrides: Any) -> Pool:
     """A validated pool; keyword arguments override provider fields (``max_instances=2``)."""
     return Pool.model_validate({"name": name, "provider": provider_fields(**overrides)})
+
+
+def pool_entry(name: str = POOL_NAME, **overrides: Any) -> dict[str, Any]:
+    """A pool as master.yaml's ``resource_pools`` lists it, for ``config``."""
+    return {"pool_name": name, "provider": provider_fields(**overrides)}
+
+
+def config_document(*entries: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    """A pools file's document: ``pool_entry``s, and dynagent's own settings when given."""
+    document: dict[str, Any] = {"resource_pools": list(entries)}
+    if settings:
+        document["dynagent"] = settings
+    return document
+
+
+def config(*entries: dict[str, Any], **settings: Any) -> Config:
+    """The checked config of ``config_document``."""
+    return config_from_document(config_document(*entries, **settings))
 
 
 def instance(
@@ -135,14 +155,23 @@ def busy(agent_id: str, slots: int = 4, used: int | None = None) -> Agent:
 
 def snapshot(
     *,
-    pending: Iterable[PendingTask] = (),
-    agents: Iterable[Agent] = (),
+    pending: Iterable[PendingTask | tuple[str, int]] = (),
+    agents: Iterable[Agent | tuple[str, int, int]] = (),
     seq: int = 7,
     time: datetime = NOW,
     pool_name: str = POOL_NAME,
 ) -> Snapshot:
+    """A snapshot; pending tasks as (task, slots) and agents as (id, slots, used slots)
+    where the models would only repeat the numbers."""
     return Snapshot(
-        pool=pool_name, seq=seq, time=time, pending=tuple(pending), agents=tuple(agents)
+        pool=pool_name,
+        seq=seq,
+        time=time,
+        pending=tuple(p if isinstance(p, PendingTask) else task(*p) for p in pending),
+        agents=tuple(
+            a if isinstance(a, Agent) else Agent(id=a[0], slots=a[1], used_slots=a[2])
+            for a in agents
+        ),
     )
 
 
