@@ -92,7 +92,14 @@ ROWS = {
     "validate: a bad field": row(
         "validate {bad_field}", "{bad_field}", "pool 'gpu'", "provider.max_instances"
     ),
-    "validate: no argument": row("validate", "required: config"),
+    "validate: no argument": row("validate", "one of the arguments config --config is required"),
+    "validate --config: a bad field": row(
+        "validate --config {bad_field}", "{bad_field}", "pool 'gpu'", "provider.max_instances"
+    ),
+    "validate: a file that is not text": row(
+        "validate {not_text}", "{not_text}", "not a text file", "give the pools file"
+    ),
+    "status: a file that is not text": row("status --config {not_text}", "{not_text}", "not UTF-8"),
     "master-config: no --config": row("master-config", "required: --config"),
     "master-config: max_instances 0": row(
         "master-config --config {zero_max}", "pool 'gpu'", "max_instances is 0"
@@ -121,6 +128,11 @@ ROWS = {
         "plan --config {aws} --snapshot {no_seq}", "{no_seq}", "seq: Field required"
     ),
     "plan: several pools, no --pool": row("plan --config {mixed}", "--pool is required", "gpu, t4"),
+    "plan: a snapshot of a pool not configured": row(
+        "plan --config {mixed} --snapshot {a100_snapshot}",
+        "the snapshot's pool 'a100' is not configured (configured: gpu, t4)",
+        "give --pool",
+    ),
     "plan: an unknown pool": row(
         "plan --config {aws} --pool a100", "pool 'a100' is not configured", "gpu"
     ),
@@ -244,6 +256,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     texts = {
         "not_yaml": ("not.yaml", "resource_pools: [\n"),
         "snapshot": ("snapshot.json", json.dumps(snapshot_document())),
+        "a100_snapshot": ("a100.json", json.dumps(snapshot_document("a100"))),
         "no_seq": ("no-seq.json", json.dumps(no_seq)),
         "trace": ("trace.csv", "arrival_s,duration_s,gpus\n0,60,1\n"),
         "bad_trace": ("bad.csv", "when,what\n0,1\n"),
@@ -252,6 +265,9 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     for key, (name, text) in texts.items():
         (folder / name).write_text(text)
         files[key] = str(folder / name)
+    # A binary given for the pools file: bytes that are no UTF-8.
+    (folder / "pools.bin").write_bytes(bytes([0x7F, 0x45, 0x4C, 0xEE, 0x02, 0x01]))
+    files["not_text"] = str(folder / "pools.bin")
     return {**files, "closed": str(free_port()), "topic": f"projects/{PROJECT}/topics/none"}
 
 

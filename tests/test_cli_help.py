@@ -42,6 +42,11 @@ def test_each_command_says_what_it_does_and_what_its_options_are(name: str) -> N
 
 def test_defaults_are_shown_once() -> None:
     commands = cli.subcommands()
+    # A default from the environment says which variable, never only its name.
+    bridge = " ".join(commands["bridge"].format_help().split())
+    assert (
+        "--master MASTER the master's URL (default: the DET_MASTER environment variable" in bridge
+    )
     assert "seconds between refreshes (default: 5.0)" in commands["status"].format_help()
     demo = " ".join(commands["demo"].format_help().split())
     assert "Pub/Sub emulator (default: aws)" in demo

@@ -23,6 +23,11 @@ def test_a_pipe_gets_plain_aligned_text() -> None:
     assert "3 of max 3 instances (at max)" in lines[0]
 
 
+def test_an_empty_pool_says_so_in_words() -> None:
+    line = render(pool_status(pool(max_instances=8), fleet(), None, NOW))[0]
+    assert line.endswith(": no instances (max 8)")
+
+
 def test_a_terminal_gets_boxes_and_colour_with_the_same_words() -> None:
     plain, styled = render(status()), render(status(), styled=True)
     table = [line for line in styled if "│" in line or "─" in line]

@@ -27,7 +27,11 @@ def add_parser(commands: Any) -> None:
         "managed pool on every change and at least every 30 s. Credentials: DET_USER and "
         "DET_PASS, or --token-file.",
     )
-    bridge.add_argument("--master", default=os.environ.get("DET_MASTER"), help="$DET_MASTER")
+    bridge.add_argument(
+        "--master",
+        default=os.environ.get("DET_MASTER"),
+        help="the master's URL (default: the DET_MASTER environment variable, as det reads it)",
+    )
     bridge.add_argument("--config", required=True, help="the pool config the functions use")
     target = bridge.add_mutually_exclusive_group(required=True)
     target.add_argument("--to", metavar="DESTINATION", help="SQS FIFO queue URL or Pub/Sub topic")

@@ -72,7 +72,17 @@ def _parser() -> argparse.ArgumentParser:
         "pool: its machines and slots, bounds and periods, what it may buy at what price, "
         "and what deserves a second look. An error names the pool and field.",
     )
-    validate.add_argument("config", help="YAML with resource_pools (Determined master.yaml form)")
+    # Every other command takes --config; validate also keeps its first form.
+    config_file = validate.add_mutually_exclusive_group(required=True)
+    config_file.add_argument(
+        "config_file",
+        nargs="?",
+        metavar="config",
+        help="YAML with resource_pools (Determined master.yaml form)",
+    )
+    config_file.add_argument(
+        "--config", dest="config", help="the same, as the other commands take it"
+    )
     validate.set_defaults(run=_validate)
 
     master = commands.add_parser(
@@ -144,7 +154,7 @@ def _version() -> str:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = load_config(args.config or args.config_file)
     for line in describe_config(config):
         print(line)
     return 0

@@ -70,8 +70,13 @@ def chosen_pool(config: Config, name: str | None, snapshot: Snapshot | None) -> 
     """``--pool``; else the snapshot's pool, when the config has it; else the only pool."""
     if name is not None:
         return config.pool(name)
-    if snapshot is not None and snapshot.pool in config.pools:
-        return config.pools[snapshot.pool]
+    if snapshot is not None:
+        if snapshot.pool in config.pools:
+            return config.pools[snapshot.pool]
+        raise ValueError(
+            f"the snapshot's pool {snapshot.pool!r} is not configured (configured: "
+            f"{', '.join(config.pools)}): give --pool to decide for one of those on it anyway"
+        )
     if len(config.pools) != 1:
         raise ValueError(f"--pool is required: the config has {', '.join(config.pools)}")
     return next(iter(config.pools.values()))

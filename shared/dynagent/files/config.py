@@ -32,4 +32,9 @@ def read_document(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = Path(path).read_text()
     except OSError as error:
         raise ConfigError(f"cannot read config {os.fspath(path)!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{os.fspath(path)}: not a text file (byte {error.object[error.start]:#04x} at "
+            f"{error.start} is not UTF-8): give the pools file, YAML with resource_pools"
+        ) from None
     return parse_document(text, os.fspath(path))

@@ -218,13 +218,15 @@ def pool_status(
 def render(status: dict[str, Any], styled: bool = False) -> list[str]:
     """Aligned plain text for a pipe; ``styled`` (a terminal): boxed tables, bold
     headers, states in colour."""
-    counts = ", ".join(f"{n} {state}" for state, n in status["counts"].items()) or "none"
+    counts = ", ".join(f"{n} {state}" for state, n in status["counts"].items())
     bound = " (at max)" if status["at_max"] else ""
     title = f"pool {status['pool']} ({status['cloud']})"
     if styled:
         title = _paint(title, _BOLD)
         bound = _paint(bound, _COLOURS["stopped"]) if bound else ""
     size = f"{status['live']} of max {status['max_instances']} instances"
+    if not status["live"]:
+        size = f"no instances (max {status['max_instances']})"
     if status.get("max_slots") is not None:
         machines = status["max_machines"]
         size = (
@@ -232,7 +234,7 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
             + (f" of max {machines}" if machines is not None else "")
             + f", {status['slots']} of max {status['max_slots']} slots"
         )
-    lines = [f"{title} at {status['now']}: {size}{bound}; {counts}"]
+    lines = [f"{title} at {status['now']}: {size}{bound}" + (f"; {counts}" if counts else "")]
     rows: list[tuple[str, ...]] = [("instance", "state", "type", "age", "idle", "registered")]
     for item in status["instances"]:
         rows.append(
