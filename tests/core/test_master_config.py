@@ -99,6 +99,25 @@ def test_each_scaled_pool_gets_its_largest_machine_and_max_instances(pools_file:
     assert seen["a100"].capacity == 32 and seen["a10g"].capacity == 48
 
 
+def test_each_admission_provider_has_a_tag_pair_of_its_own(pools_file: Path) -> None:
+    """No pair the master's provisioner could filter on is one dynagent's machines carry:
+    were its region ever valid, it still would not find them."""
+    config = load_config(pools_file)
+    written = yaml.safe_load(master_config(pools_file))["resource_pools"]
+    pairs = {p["pool_name"]: (p["provider"]["tag_key"], p["provider"]["tag_value"])
+             for p in written if "provider" in p}  # fmt: skip
+    assert set(pairs) == set(config.pools)
+    assert len(set(pairs.values())) == len(pairs)  # one per pool
+    ours = {
+        (p.provider.tag_key, p.provider.tag_value)
+        if p.provider.type == "aws"
+        else (p.provider.label_key, p.provider.label_value)
+        for p in config.pools.values()
+    }
+    assert not ours & set(pairs.values())
+    assert not {key for key, _ in ours} & {key for key, _ in pairs.values()}
+
+
 def test_the_pools_keep_their_order_their_determined_keys_and_the_static_pool(
     pools_file: Path,
 ) -> None:

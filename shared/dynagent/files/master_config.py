@@ -99,12 +99,26 @@ def admission_provider(pool: Pool, named: dict[str, int]) -> dict[str, Any]:
         "image_id": "none",
         "ssh_key_name": "none",
         "instance_type": instance_type,
+        **_inert_tags(pool),
     }
     if table is None:
         fields["instance_slots"] = 0 if cpu else slots
     if cpu:
         fields["cpu_slots_allowed"] = True
     return {**fields, "min_instances": 0, "max_instances": provider.max_instances}
+
+
+# The tag pair of an admission-only provider. Its region already keeps the master's
+# provisioner from any call; a pair of its own, never one dynagent's machines carry, means
+# that were the region ever valid, it still could not list, tag or terminate them.
+INERT_TAG_KEY = "dynagent-admission-only"
+
+
+def _inert_tags(pool: Pool) -> dict[str, str]:
+    provider = pool.provider
+    own_key = provider.tag_key if provider.type == "aws" else provider.label_key
+    key = INERT_TAG_KEY if own_key != INERT_TAG_KEY else f"{INERT_TAG_KEY}-master"
+    return {"tag_key": key, "tag_value": pool.name}
 
 
 def _largest_machine(pool: Pool) -> tuple[str, int]:
