@@ -111,8 +111,10 @@ def test_the_readme_shows_the_fifteen_minute_path() -> None:
         assert f"dynagent {step}" in shown or f"`dynagent {step}" in README.read_text()
 
 
-def test_the_readmes_trace_and_example_pool_are_in_a_clone() -> None:
-    """Step 3 replays bench/traces/itp/cluster05.csv on the example config's pool `gpu`."""
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_the_readmes_trace_and_example_pool_are_in_a_clone(cloud: str) -> None:
+    """Step 3 replays bench/traces/itp/cluster05.csv on the example config's pool `gpu`,
+    and step 8 runs a command in it: with either cloud's example."""
     from dynagent.files.config import load_config
     from dynagent.simulate.trace import load_trace
 
@@ -120,5 +122,7 @@ def test_the_readmes_trace_and_example_pool_are_in_a_clone() -> None:
     args = _parser().parse_args(shlex.split(simulate)[1:])
     trace = load_trace(ROOT / args.trace)
     assert len(trace.jobs) > 1000
-    example = load_config(ROOT / "infra" / "aws" / "dynagent.example.yaml")
+    example = load_config(ROOT / "infra" / cloud / "dynagent.example.yaml")
     assert args.pool in example.pools
+    (pool,) = re.findall(r"resources\.resource_pool=(\S+)", README.read_text())
+    assert pool in example.pools

@@ -449,7 +449,7 @@ def test_the_staged_source_is_the_functions_package_and_config(printed: Run) -> 
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "['l4-spot', 't4']"
+    assert done.stdout.strip() == "['gpu', 'gpu-spot']"
 
 
 def test_the_printed_commands_run_as_a_shell_script(printed: Run, tmp_path: Path) -> None:
@@ -599,7 +599,7 @@ def test_a_config_of_both_clouds_plans_only_its_gcp_pools(tmp_path: Path) -> Non
 def test_the_zone_guard_names_the_pool_outside_it(tmp_path: Path) -> None:
     result = dry_run(tmp_path, "--zone", "us-central1-a")
     assert result.returncode == 2
-    assert "pool l4-spot is in zone us-central1-b" in result.stderr
+    assert "pool gpu-spot is in zone us-central1-b" in result.stderr
     assert dry_run(tmp_path, "--zone", "us-central1-a,us-central1-b").returncode == 0
 
 
