@@ -92,6 +92,16 @@ ROWS = {
     "validate: a bad field": row(
         "validate {bad_field}", "{bad_field}", "pool 'gpu'", "provider.max_instances"
     ),
+    "validate: a misspelt field": row(
+        "validate {misspelt}", "provider.max_instanecs: unknown field: did you mean max_instances?"
+    ),
+    "validate: a field one level off": row(
+        "validate {one_level_off}",
+        "provider.subnet_id: unknown field: it lives at provider.network_interface.subnet_id",
+    ),
+    "validate: a provider field at the pool's level": row(
+        "validate {pool_level}", "max_instances (it lives at provider.max_instances)"
+    ),
     "validate: no argument": row("validate", "one of the arguments config --config is required"),
     "validate --config: a bad field": row(
         "validate --config {bad_field}", "{bad_field}", "pool 'gpu'", "provider.max_instances"
@@ -160,6 +170,10 @@ ROWS = {
     "simulate: no trace": row("simulate {missing}", "{missing}", "No such file"),
     "simulate: a trace of unknown columns": row(
         "simulate {bad_trace}", "{bad_trace}", "unknown columns"
+    ),
+    "simulate: a misspelt sweep field": row(
+        "simulate {trace} --config {aws} --sweep max_instancs=1,2",
+        "'max_instancs' is not a field of the pool's provider: did you mean max_instances?",
     ),
     "simulate: no config file": row(
         "simulate {trace} --config {missing}", "{missing}", "No such file"
@@ -245,12 +259,18 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     no_seq = {k: v for k, v in snapshot_document().items() if k != "seq"}
     bad_field = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instances": -1}}
     zero_max = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instances": 0}}
+    misspelt = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instanecs": 2}}
+    one_level_off = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "subnet_id": "subnet-1"}}
+    pool_level = {**AWS_POOL, "max_instances": 2}
     files = {
         "aws": write_yaml(folder / "aws.yaml", AWS_POOL),
         "gcp": write_yaml(folder / "gcp.yaml", GCP_POOL),
         "mixed": write_yaml(folder / "mixed.yaml", AWS_POOL, GCP_POOL),
         "bad_field": write_yaml(folder / "bad-field.yaml", bad_field),
         "zero_max": write_yaml(folder / "zero-max.yaml", zero_max),
+        "misspelt": write_yaml(folder / "misspelt.yaml", misspelt),
+        "one_level_off": write_yaml(folder / "one-level-off.yaml", one_level_off),
+        "pool_level": write_yaml(folder / "pool-level.yaml", pool_level),
         "missing": str(folder / "missing.yaml"),
     }
     texts = {

@@ -428,3 +428,25 @@ def test_config_is_frozen() -> None:
     provider = config_from_document(base_document()).pool("gpu").provider
     with pytest.raises(ValueError, match="frozen"):
         provider.max_instances = 50  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"gpu_type": "nvidia-tesla-t4"}, "it lives at provider.instance_type.gpu_type"),
+        ({"subnetwork": "default"}, "it lives at provider.network_interface.subnetwork"),
+        ({"labal_key": "owner"}, "did you mean label_key?"),
+        ({"service_account": {"emial": "a@b"}}, "did you mean email?"),
+    ],
+)
+def test_an_unknown_gcp_field_says_where_it_belongs(fields: dict[str, Any], says: str) -> None:
+    provider = {
+        "type": "gcp",
+        "project": "proj",
+        "zone": "us-central1-a",
+        "boot_disk_source_image": "projects/proj/global/images/agent",
+        **fields,
+    }
+    with pytest.raises(ConfigError, match="unknown field") as raised:
+        config_from_document({"resource_pools": [{"pool_name": "t4", "provider": provider}]})
+    assert says in str(raised.value)

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dynagent.core.admission import ADMISSION_REGION
+from dynagent.core.field_names import close_name, field_tree, hint
 from dynagent.core.fitting import DEFAULT_MAX_AUX_CONTAINERS
 from dynagent.core.pools.aws import AwsProvider, CustomTag, NetworkInterface
 from dynagent.core.pools.common import Duration, ProvisionerFields, StrictModel
@@ -204,9 +205,11 @@ def _parse_pool(entry: Any, index: int, source: str, environ: Mapping[str, str])
         raise ConfigError(f"{source}: resource_pools[{index}] must be a mapping")
     name = entry.get("pool_name")
     label = f"pool {name!r}" if isinstance(name, str) else f"resource_pools[{index}]"
-    unknown = sorted(set(entry) - {"pool_name", "provider"} - DETERMINED_POOL_KEYS)
+    known = {"pool_name", "provider", *DETERMINED_POOL_KEYS}
+    unknown = sorted(set(entry) - known)
     if unknown:
-        raise ConfigError(f"{source}: {label}: unknown field(s): {', '.join(unknown)}")
+        said = [_pool_field_hint(name, entry.get("provider"), known) for name in unknown]
+        raise ConfigError(f"{source}: {label}: unknown field(s): {', '.join(said)}")
     provider = entry.get("provider")
     kind = provider.get("type") if isinstance(provider, dict) else None
     if (provider is None or kind == "hpc") and isinstance(name, str) and name:
@@ -228,6 +231,16 @@ def _parse_pool(entry: Any, index: int, source: str, environ: Mapping[str, str])
         return Pool.model_validate({"name": name, "provider": fields, **_aux_containers(entry)})
     except ValidationError as error:
         raise ConfigError(f"{source}: {label}: {_describe(error)}") from None
+
+
+def _pool_field_hint(name: str, provider: Any, known: set[str]) -> str:
+    """A pool-level unknown field, with the provider field it was meant to be, if any."""
+    kind = provider.get("type") if isinstance(provider, dict) else None
+    model = GcpProvider if kind == "gcp" else AwsProvider
+    if name in model.model_fields:
+        return f"{name} (it lives at provider.{name})"
+    close = close_name(name, known)
+    return f"{name} (did you mean {close}?)" if close else name
 
 
 def _aux_containers(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -279,6 +292,15 @@ def _parse_settings(section: Any, source: str) -> Settings:
         raise ConfigError(f"{source}: dynagent: {_describe(error)}") from None
 
 
+def _unknown_field_hint(location: tuple[Any, ...]) -> str:
+    """Did you mean, or where the field lives, for an unknown field of a provider."""
+    if len(location) < 3 or location[0] != "provider" or location[1] not in PROVIDER_TYPES:
+        return ""
+    model = AwsProvider if location[1] == "aws" else GcpProvider
+    path = tuple(str(part) for part in location[2:] if not isinstance(part, int))
+    return hint(path[-1], path[:-1], field_tree(model), root="provider")
+
+
 def _describe(error: ValidationError) -> str:
     """Each problem as ``field.path: message``, with Determined's names."""
     problems = []
@@ -288,6 +310,8 @@ def _describe(error: ValidationError) -> str:
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown field"
+            said = _unknown_field_hint(item["loc"])
+            message += f": {said}" if said else ""
         problems.append(f"{path}: {message}" if path else message)
     return "; ".join(problems)
 

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dynagent.core.config import ConfigError, Pool, Settings
+from dynagent.core.field_names import close_name
 from dynagent.simulate.replay import ProgressFactory, Replay, replay
 from dynagent.simulate.report import format_wait
 from dynagent.simulate.run import POLICIES, RunOptions
@@ -55,8 +56,11 @@ def sweep(
     progress: ProgressFactory | None = None,
 ) -> list[tuple[str, Replay]]:
     """One replay per value, in the order given; every pool is checked before any runs."""
-    if spec.field not in type(pool.provider).model_fields:
-        raise ConfigError(f"--sweep: {spec.field!r} is not a field of the pool's provider")
+    fields = type(pool.provider).model_fields
+    if spec.field not in fields:
+        close = close_name(spec.field, fields)
+        said = f": did you mean {close}?" if close else ""
+        raise ConfigError(f"--sweep: {spec.field!r} is not a field of the pool's provider{said}")
     pools = [(value, pool_with(pool, spec.field, value)) for value in spec.values]
 
     def labelled(value: str) -> ProgressFactory | None:
