@@ -137,6 +137,11 @@ ROWS = {
     "plan: a --snapshot without seq": row(
         "plan --config {aws} --snapshot {no_seq}", "{no_seq}", "seq: Field required"
     ),
+    "plan: a snapshot of absurd slots": row(
+        "plan --config {aws} --snapshot {absurd}",
+        "{absurd}",
+        "pending.0.slots: 1000000000000000000000000000000 is more slots than Determined's API",
+    ),
     "plan: several pools, no --pool": row("plan --config {mixed}", "--pool is required", "gpu, t4"),
     "plan: a snapshot of a pool not configured": row(
         "plan --config {mixed} --snapshot {a100_snapshot}",
@@ -257,6 +262,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The files the rows name, good and bad, and a port nothing listens on."""
     folder = tmp_path_factory.mktemp("inputs")
     no_seq = {k: v for k, v in snapshot_document().items() if k != "seq"}
+    absurd = {**snapshot_document(), "pending": [{"task": "huge", "slots": 10**30}]}
     bad_field = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instances": -1}}
     zero_max = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instances": 0}}
     misspelt = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instanecs": 2}}
@@ -277,6 +283,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "not_yaml": ("not.yaml", "resource_pools: [\n"),
         "snapshot": ("snapshot.json", json.dumps(snapshot_document())),
         "a100_snapshot": ("a100.json", json.dumps(snapshot_document("a100"))),
+        "absurd": ("absurd.json", json.dumps(absurd)),
         "no_seq": ("no-seq.json", json.dumps(no_seq)),
         "trace": ("trace.csv", "arrival_s,duration_s,gpus\n0,60,1\n"),
         "bad_trace": ("bad.csv", "when,what\n0,1\n"),

@@ -880,3 +880,19 @@ def test_an_idle_agent_a_gang_counts_on_is_not_reaped_by_the_sweep_either() -> N
     marked = fleet(agent_instance("i-idle", idle_since=write.value))
     later = decide(gang_pool, marked, None, NOW + timedelta(minutes=6))
     assert later.terminations == ()
+
+
+def test_a_million_tasks_alike_wait_in_one_line() -> None:
+    """Tasks of one size waiting for one reason are counted, not listed one a line."""
+    tasks = [(f"trial-{n}", 4) for n in range(100_000)] + [
+        ("huge", 2**31 - 1),
+        ("huger", 2**31 - 1),
+    ]
+    plan = decide(pool(), Fleet(), snapshot(pending=tasks), NOW)
+    lines = plan.describe()
+    assert len(lines) == 5 + 2  # a launch for each of max_instances' 5, then two lines
+    assert lines[-2].startswith("unschedulable 2 tasks of 2147483647 slots (huge, huger): ")
+    assert lines[-1].startswith("waiting: 99,995 tasks of 4 slots (trial-5, trial-6, ")
+    assert lines[-1].endswith("and 99975 more): pool is at max_instances (5)")
+    single = decide(pool(), Fleet(), snapshot(pending=tasks[:6]), NOW)
+    assert single.waiting == ("trial-5 (4 slots): pool is at max_instances (5)",)

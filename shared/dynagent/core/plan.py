@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -145,10 +147,15 @@ class Plan:
         for write in self.marks:
             verb = f"set {write.mark.value}" if write.value else f"clear {write.mark.value}"
             lines.append(f"{verb} on {', '.join(write.instance_ids)}: {write.reason}")
+        # A million pending tasks alike make one line, not a million.
+        alike: dict[tuple[int, str], list[str]] = {}
+        for u in self.unschedulable:
+            alike.setdefault((u.slots, u.reason), []).append(u.task)
         lines += [
-            f"unschedulable {u.task} ({u.slots} slots): {u.reason}" for u in self.unschedulable
+            f"unschedulable {_tasks(names, slots)}: {reason}"
+            for (slots, reason), names in alike.items()
         ]
-        lines += [f"waiting: {note}" for note in self.waiting]
+        lines += [f"waiting: {note}" for note in _counted(self.waiting)]
         lines += [f"{i.kind} of {i.instance_id} seen" for i in self.interruptions]
         if self.unmatched_agents:
             lines.append(
@@ -160,6 +167,31 @@ class Plan:
 
 # A pool of thousands of static agents would make one log line of their ids.
 _LISTED = 20
+
+
+# A waiting note of one task, as decide writes it: "NAME (SLOTS slots): WHY".
+_TASK_NOTE = re.compile(r"(?P<name>.*?) \((?P<slots>\d+) slots\): (?P<why>.*)", re.DOTALL)
+
+
+def _counted(notes: Iterable[str]) -> list[str]:
+    """The waiting notes, one per reason and size: tasks alike are counted."""
+    alike: dict[tuple[int, str], list[str]] = {}
+    others: list[str] = []
+    for note in notes:
+        found = _TASK_NOTE.fullmatch(note)
+        if found is None:
+            others.append(note)
+        else:
+            key = (int(found["slots"]), found["why"])
+            alike.setdefault(key, []).append(found["name"])
+    counted = [f"{_tasks(names, slots)}: {why}" for (slots, why), names in alike.items()]
+    return counted + others
+
+
+def _tasks(names: list[str], slots: int) -> str:
+    if len(names) == 1:
+        return f"{names[0]} ({slots} slots)"
+    return f"{len(names):,} tasks of {slots} slots ({_some(tuple(names))})"
 
 
 def _some(names: tuple[str, ...]) -> str:

@@ -34,6 +34,11 @@ class _Wire(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", cache_strings="keys")
 
 
+# Determined's API carries slots as int32 (task.proto ``slots_needed``, job.proto
+# ``requested_slots``, master.proto ``slots``): a count beyond it came from no master.
+MAX_SLOTS: Final = 2**31 - 1
+
+
 # A snapshot holds one task and one agent per entry, tens of thousands in a large pool:
 # they are (validating) dataclasses, which pydantic builds several times faster than
 # models, so parsing stays close to the cost of reading the JSON.
@@ -56,7 +61,7 @@ class PendingTask:
     """
 
     task: str = Field(min_length=1)
-    slots: int = Field(ge=0)
+    slots: int = Field(ge=0, le=MAX_SLOTS)
     priority: int | None = None
     single_agent: bool = False
 
@@ -80,8 +85,8 @@ class Agent:
     """
 
     id: str = Field(min_length=1)
-    slots: int = Field(ge=0)
-    used_slots: int = Field(ge=0)
+    slots: int = Field(ge=0, le=MAX_SLOTS)
+    used_slots: int = Field(ge=0, le=MAX_SLOTS)
     draining: bool = False
     tasks: int = Field(default=0, ge=0)
     enabled: bool = True
@@ -182,7 +187,13 @@ def _describe(error: ValidationError) -> str:
     problems = []
     for item in error.errors():
         path = ".".join(str(part) for part in item["loc"])
-        problems.append(f"{path}: {item['msg'].removeprefix('Value error, ')}")
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "less_than_equal" and path.endswith("slots"):
+            message = (
+                f"{item['input']} is more slots than Determined's API carries "
+                f"(at most {MAX_SLOTS:,}): no master sent this"
+            )
+        problems.append(f"{path}: {message}")
     return "; ".join(problems)
 
 
