@@ -4,8 +4,12 @@ is one the CLI accepts. (Links inside docs/ are checked by `mkdocs build --stric
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +130,35 @@ def test_the_readmes_trace_and_example_pool_are_in_a_clone(cloud: str) -> None:
     assert args.pool in example.pools
     (pool,) = re.findall(r"resources\.resource_pool=(\S+)", README.read_text())
     assert pool in example.pools
+
+
+def _docs_build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    """`make docs`' own command line (the Makefile's recipe), run on the tree at ``root``."""
+    (recipe,) = re.findall(r"^docs:.*\n\t(.+)$", (ROOT / "Makefile").read_text(), re.M)
+    words = shlex.split(recipe.replace("$(BIN)/", "").replace("$(VENV)/site", str(site)))
+    environment = dict(os.environ)
+    while "=" in words[0]:  # leading VAR=value words
+        name, _, value = words.pop(0).partition("=")
+        environment[name] = value
+    binary = Path(sys.executable).parent / words[0]
+    return subprocess.run(
+        [str(binary), *words[1:]], cwd=root, env=environment, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+
+def test_the_docs_build_fails_on_a_broken_anchor(tmp_path: Path) -> None:
+    """mkdocs drops warnings before strict mode counts them when told --quiet: the build
+    `make test` runs must fail on a link to a heading that does not exist."""
+    tree = tmp_path / "tree"
+    # The site's sources: its pages, and the infra READMEs they include.
+    shutil.copytree(ROOT / "docs", tree / "docs")
+    shutil.copytree(ROOT / "infra", tree / "infra", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "mkdocs.yml", tree / "mkdocs.yml")
+    good = _docs_build(tree, tmp_path / "site")
+    assert good.returncode == 0, good.stderr
+    page = tree / "docs" / "offerings.md"
+    page.write_text(page.read_text() + "\nSee [the caps](performance.md#no-such-heading).\n")
+    broken = _docs_build(tree, tmp_path / "site")
+    assert broken.returncode != 0
+    assert "no-such-heading" in broken.stderr
