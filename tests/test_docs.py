@@ -162,3 +162,16 @@ def test_the_docs_build_fails_on_a_broken_anchor(tmp_path: Path) -> None:
     broken = _docs_build(tree, tmp_path / "site")
     assert broken.returncode != 0
     assert "no-such-heading" in broken.stderr
+
+
+def test_reference_tables_keep_field_names_whole(tmp_path: Path) -> None:
+    """The theme breaks code anywhere; the site's own stylesheet keeps a table's first
+    column (field names) on one line, on every page that has such a table."""
+    built = _docs_build(ROOT, tmp_path / "site")
+    assert built.returncode == 0, built.stderr
+    page = (tmp_path / "site" / "configuration" / "index.html").read_text()
+    (link,) = re.findall(r'<link rel="stylesheet" href="(\.\./stylesheets/extra\.css)"', page)
+    css = (tmp_path / "site" / "configuration" / link).resolve().read_text()
+    (rule,) = re.findall(r"\.md-typeset td:first-child code \{([^}]*)\}", css)
+    assert "white-space: nowrap" in rule and "word-break: normal" in rule
+    assert re.search(r"<td><code>max_idle_agent_period</code></td>", page)
