@@ -250,6 +250,6 @@ def _lambda_patches(lookup: Lookup) -> list[tuple[type, str, object]]:
 
 
 def patches(lookup: Lookup) -> tuple[tuple[type, str, object], ...]:
-    """(owner, attribute, replacement) for local_aws.py to install while a LocalAws runs;
+    """(owner, attribute, replacement) for moto_patches.py to install while a LocalAws runs;
     ``lookup`` gives a LocalAws account's facts (None for any other account)."""
     return (*_service_quota_patches(lookup), *_offering_patches(lookup), *_lambda_patches(lookup))

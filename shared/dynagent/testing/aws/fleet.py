@@ -1,7 +1,8 @@
 """Scarce capacity, spot prices and instant EC2 Fleets for LocalAws (see local_aws.py's docstring).
 
-This module holds the model; local_aws.py installs the wrappers that consult it. Nothing here
-runs unless a LocalAws owns the account the request landed in.
+This module holds the model; the wrappers that consult it are in instances.py and spot.py
+(moto_patches.py installs them). Nothing here runs unless a LocalAws owns the account the
+request landed in.
 
 * ``Scarcity``: per-account capacity limits, one-time injected launch errors, and the
   price tables (spot prices by type and zone, on-demand prices by type).
@@ -73,7 +74,7 @@ class Site(NamedTuple):
 
 
 class ServerError(EC2ClientError):
-    """An EC2 error that EC2 sends with HTTP 500 (local_aws.py serialises it so)."""
+    """An EC2 error that EC2 sends with HTTP 500 (instances.py serialises it so)."""
 
 
 def launch_error(code: str, message: str | None = None) -> EC2ClientError:
@@ -142,7 +143,7 @@ class _Failure:
 @dataclass
 class Scarcity:
     """One account's capacity limits, pending injected errors and price tables.
-    Callers hold local_aws.py's state lock around check-then-consume."""
+    Callers hold knobs.STATE_LOCK around check-then-consume."""
 
     limits: list[_Limit] = field(default_factory=list)
     failures: list[_Failure] = field(default_factory=list)

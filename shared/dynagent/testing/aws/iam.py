@@ -334,7 +334,7 @@ def _service_linked_role_names(
 
 
 def patches(owned: Callable[[str], bool]) -> tuple[tuple[type, str, object], ...]:
-    """(owner, attribute, replacement) for local_aws.py to install while a LocalAws runs;
+    """(owner, attribute, replacement) for moto_patches.py to install while a LocalAws runs;
     ``owned`` says whether an account is a LocalAws's."""
 
     def simulate(self: Any) -> ActionResult:

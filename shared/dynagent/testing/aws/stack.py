@@ -13,7 +13,7 @@ too. As on AWS, a function's reservation the account cannot spare fails the depl
 (account.py): the stack rolls back (``ROLLBACK_COMPLETE``, Lambda's message in its
 events) and ``deploy_stack`` raises ``DeployFailed``, as ``sam deploy`` exits non-zero.
 
-Two fixes to moto's CloudFormation, for LocalAws's accounts (installed by local_aws.py):
+Two fixes to moto's CloudFormation, for LocalAws's accounts (installed by moto_patches.py):
 DescribeStackResources leaves out a resource whose condition is false, as CloudFormation
 does (moto lists it as a record without ids or type); and a resource Lambda refuses
 rolls the stack back (moto leaves it ``CREATE_IN_PROGRESS`` and sends Lambda's JSON
@@ -110,7 +110,7 @@ def _body(path: Path) -> str:
 
 
 def patches(owned: Callable[[str], bool]) -> tuple[tuple[type, str, object], ...]:
-    """(owner, attribute, replacement) for local_aws.py to install while a LocalAws runs."""
+    """(owner, attribute, replacement) for moto_patches.py to install while a LocalAws runs."""
     original = CloudFormationBackend.describe_stack_resources
     create_resources = Stack.create_resources
 
