@@ -158,3 +158,13 @@ def test_the_core_touches_no_file_clock_environment_or_cloud() -> None:
 def test_the_top_of_the_package_shows_its_layers() -> None:
     entries = sorted(p.name for p in PACKAGE.iterdir() if p.name not in ("__pycache__", "py.typed"))
     assert entries == sorted([*LAYERS, "cli", "__init__.py"])
+
+
+def test_no_module_is_too_long_to_read() -> None:
+    """A module over about 800 lines holds several concerns: split it by them, as the
+    doubles of Determined, Compute Engine and AWS are (docs/development.md)."""
+    lengths = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for path in PACKAGE.rglob("*.py")
+    }
+    assert {path: n for path, n in lengths.items() if n > 800} == {}
