@@ -41,7 +41,8 @@ def test_plan_reads_a_gcp_pool_and_changes_nothing(
     captured = capsys.readouterr()
     assert captured.out.splitlines() == [
         "pool t4: 0 instances observed",
-        "  launch 1 n1-standard-32 on-demand in us-central1-a ($2.92/h): pending tasks: trial",
+        "  launch 1 n1-standard-32 + 4 x nvidia-tesla-t4 on-demand in us-central1-a ($2.92/h): "
+        "pending tasks: trial",
     ]
     assert captured.err == ""
     assert compute.instances() == []

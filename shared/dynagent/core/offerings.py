@@ -32,6 +32,9 @@ class Offering:
     # The subnet id on EC2, the zone on Compute Engine; "" for the provider's default.
     zone: str = ""
     purchase: Purchase = Purchase.ON_DEMAND
+    # The GPUs a machine type does not name, for people: Compute Engine attaches them
+    # to the machine ("4 x nvidia-tesla-t4"). Not part of what the offering is.
+    gpus: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
@@ -40,7 +43,8 @@ class Offering:
 
     def describe(self) -> str:
         where = f" in {self.zone}" if self.zone else ""
-        return f"{self.instance_type} {self.purchase.value}{where} (${self.price:.2f}/h)"
+        machine = f"{self.instance_type} + {self.gpus}" if self.gpus else self.instance_type
+        return f"{machine} {self.purchase.value}{where} (${self.price:.2f}/h)"
 
 
 def offering_key(instance_type: str, zone: str, purchase: Purchase) -> str:

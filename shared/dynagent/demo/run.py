@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from dynagent.core.durations import format_duration
 from dynagent.demo.master import Master, Task
 from dynagent.demo.pools import demo_config
 from dynagent.demo.rig import FleetRow, Rig
@@ -114,6 +115,9 @@ class Demo:
         self.pool = rig.pool
         self.master = Master(self.pool.name)
         self.born: dict[str, datetime] = {}  # instance id -> virtual launch time
+        self.gone: dict[str, datetime] = {}  # instance id -> when the cloud showed it ended
+        self.gpu_seconds = 0.0  # what the tasks ran, for the bill
+        self._broken_said = False
         # The last the cloud showed of each instance: deleted VMs vanish from GCP's list.
         self.seen: dict[str, FleetRow] = {}
 
@@ -158,6 +162,7 @@ class Demo:
         changed = False
         for task in self.master.finish_due(self.now):
             self.timeline.say("master", f"{task.name} finished")
+            self.gpu_seconds += task.slots * task.duration.total_seconds()
             changed = True
         for task in self.master.schedule(self.now):
             agents = ", ".join(task.placement)
@@ -178,6 +183,8 @@ class Demo:
                 self.born[row.id] = self.now
                 # The fake cloud keeps real time; give it the virtual launch time.
                 self.rig.set_launch_time(row.id, self.now)
+            if not row.alive:
+                self.gone.setdefault(row.id, self.now)
             if not row.alive and row.id in self.master.agents:
                 self.master.disconnect(row.id)
                 self.timeline.say("agent", f"{row.id} disconnected ({row.state.lower()})")
@@ -189,7 +196,44 @@ class Demo:
         if instance_id in self.master.agents or self.now - self.born[instance_id] < BOOT_TIME:
             return False
         order = sorted(self.born, key=lambda i: (self.born[i], i))
-        return order.index(instance_id) + 1 != BROKEN_INSTANCE
+        if order.index(instance_id) + 1 != BROKEN_INSTANCE:
+            return True
+        if not self._broken_said:
+            self._broken_said = True
+            self.timeline.say(
+                "agent", f"{instance_id} does not register: the broken boot, on purpose"
+            )
+        return False
+
+    def summary(self) -> list[str]:
+        """The pool, as the admin wrote it, before the day starts."""
+        provider = self.pool.provider
+        offering = provider.catalog().offerings[0]
+        return [
+            f"pool {self.pool.name}: {provider.shape} ({provider.slots_per_instance} GPUs, "
+            f"${offering.price:.2f}/h {offering.purchase.value}), 0 to "
+            f"{provider.max_instances} machines",
+            f"  an idle agent goes after {format_duration(provider.max_idle_agent_period)}, a "
+            f"machine whose agent never registers after "
+            f"{format_duration(provider.max_agent_starting_period)}",
+            f"  the day's machine number {BROKEN_INSTANCE} is broken on purpose: its agent "
+            "never registers, and the reconcile must reap it",
+        ]
+
+    def bill(self) -> list[str]:
+        """What the day's machines cost, against the GPU time the tasks used."""
+        provider = self.pool.provider
+        price = provider.catalog().offerings[0].price
+        seconds = sum((self.gone.get(i, self.now) - born).total_seconds()
+                      for i, born in self.born.items())  # fmt: skip
+        billed_gpu = seconds * provider.slots_per_instance
+        used = self.gpu_seconds / billed_gpu if billed_gpu else 0.0
+        return [
+            f"Bill: {seconds / 3600:.1f} machine-hours at ${price:.2f}/h = "
+            f"${seconds / 3600 * price:,.2f} (list price); the tasks ran "
+            f"{self.gpu_seconds / 3600:.1f} of the {billed_gpu / 3600:.1f} GPU-hours billed "
+            f"({used:.0%})",
+        ]
 
     def fleet_table(self) -> list[str]:
         """Every instance the demo's pool ever had, with its marks as the console shows."""
@@ -216,10 +260,18 @@ def run_demo(quiet: bool = False, out: TextIO = sys.stdout, cloud: str = "aws") 
         print(rig.description, file=out)
         print(f"virtual clock from {START:%Y-%m-%d %H:%M} UTC, one tick = {TICK}", file=out)
         demo = Demo(rig, timeline, clock)
+        for line in demo.summary():
+            print(line, file=out)
         demo.run()
         print("\nFleet at the end (every instance the pool had, as the cloud shows it):", file=out)
         for line in demo.fleet_table():
             print(f"  {line}", file=out)
+        print(
+            "  (launch key: the snapshot a launch answered, pool:seq; each launch's token "
+            "derives from it, so a snapshot delivered twice launches nothing twice)",
+            file=out,
+        )
+        print(f"\n{demo.bill()[0]}", file=out)
         for reason in rig.dead_letters():
             print(f"\nDead letters: 1 message: {reason}", file=out)
     print(f"\nlocal {cloud.upper()} stopped.", file=out)

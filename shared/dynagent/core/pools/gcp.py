@@ -248,7 +248,8 @@ class GcpProvider(ProvisionerFields):
                 if purchase is Purchase.SPOT:
                     quoted = (spot_prices or {}).get(name, standard)
                     price = prices.get(f"{name}/spot", min(quoted, standard))
-                found += [Offering(name, slots, price, zone, purchase) for zone in zones]
+                gpus = f"{machine.gpu_num} x {machine.gpu_type}" if machine.gpu_num else ""
+                found += [Offering(name, slots, price, zone, purchase, gpus) for zone in zones]
         return Catalog(tuple(found), unavailable)
 
     @field_validator("label_key")
