@@ -9,6 +9,13 @@
 # policies and the dashboard); the functions are redeployed.
 # --dry-run prints every gcloud command, one per line and quoted for a shell, and runs
 # none: it needs no credentials, no network and no gcloud at all.
+#
+# --delete removes what this script made for --name, and nothing else: each resource by
+# the exact name derived here, and only if it carries what this script marks it with
+# (the label dynagent-deployment=NAME, or the title or description it writes where a
+# resource has no labels). It never deletes VMs. --delete --dry-run prints the deletes
+# and runs none, but it does run the read-only lookups (describe, list, get-iam-policy)
+# that find what exists and whose it is: it needs gcloud and credentials that may read.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,7 +30,10 @@ RUNTIME=${DYNAGENT_RUNTIME:-python313}
 BRIDGE_ACCOUNTS=${DYNAGENT_BRIDGE_SERVICE_ACCOUNT:-}
 ALERT_EMAIL=${DYNAGENT_ALERT_EMAIL:-}
 DRY_RUN=0
+DELETE=0
 BRIDGE_LIST=()
+# Flags of a deployment that mean nothing to --delete, as given on the command line.
+CREATE_ONLY_FLAGS=()
 
 # Every API the deployment touches: Cloud Functions gen2 runs on Cloud Run, builds with
 # Cloud Build into Artifact Registry and is triggered through Eventarc.
@@ -56,6 +66,7 @@ BASE_PERMISSIONS=(
 usage() {
   cat <<'EOF'
 usage: infra/gcp/deploy.sh --project P --region R --config FILE [options]
+       infra/gcp/deploy.sh --delete --project P --region R [--name NAME] [--config FILE] [--dry-run]
 
   --project P      project for the topics, functions and schedule   ($DYNAGENT_PROJECT)
   --region R       region of the functions and the schedule          ($DYNAGENT_REGION)
@@ -71,6 +82,9 @@ usage: infra/gcp/deploy.sh --project P --region R --config FILE [options]
                    an email notification channel for the alert policies
                                                    ($DYNAGENT_ALERT_EMAIL)
   --dry-run        print the gcloud commands, one per line, and run none
+  --delete         remove what deploy.sh made for --name, and nothing else (never VMs);
+                   with --config, also its role in the pools' other projects and its
+                   grants on their service accounts; with --dry-run, print the deletes
   -h, --help       this help
 EOF
 }
@@ -80,33 +94,48 @@ die() {
   exit 2
 }
 
+# A flag's value, or a message that names the flag (not bash's "parameter null").
+need_value() {
+  if (($# < 2)) || [[ -z $2 || $2 == --* ]]; then
+    die "$1 needs a value"
+  fi
+}
+
 parse_args() {
   while (($#)); do
     case $1 in
-      --project) PROJECT=${2:?--project needs a value}; shift ;;
-      --region) REGION=${2:?--region needs a value}; shift ;;
-      --config) CONFIG=${2:?--config needs a value}; shift ;;
-      --zone | --zones) ZONES="${ZONES:+$ZONES,}${2:?--zone needs a value}"; shift ;;
-      --name) NAME=${2:?--name needs a value}; shift ;;
-      --runtime) RUNTIME=${2:?--runtime needs a value}; shift ;;
-      --bridge-service-account)
-        BRIDGE_ACCOUNTS="${BRIDGE_ACCOUNTS:+$BRIDGE_ACCOUNTS,}${2:?--bridge-service-account needs a value}"
-        shift
-        ;;
-      --alert-email) ALERT_EMAIL=${2:?--alert-email needs a value}; shift ;;
+      --project | --region | --config | --zone | --zones | --name | --runtime | \
+        --bridge-service-account | --alert-email) need_value "$@" ;;&
+      --runtime | --bridge-service-account | --alert-email) CREATE_ONLY_FLAGS+=("$1") ;;&
+      --project) PROJECT=$2; shift ;;
+      --region) REGION=$2; shift ;;
+      --config) CONFIG=$2; shift ;;
+      --zone | --zones) ZONES="${ZONES:+$ZONES,}$2"; shift ;;
+      --name) NAME=$2; shift ;;
+      --runtime) RUNTIME=$2; shift ;;
+      --bridge-service-account) BRIDGE_ACCOUNTS="${BRIDGE_ACCOUNTS:+$BRIDGE_ACCOUNTS,}$2"; shift ;;
+      --alert-email) ALERT_EMAIL=$2; shift ;;
       --dry-run) DRY_RUN=1 ;;
+      --delete) DELETE=1 ;;
       -h | --help) usage; exit 0 ;;
-      *) usage >&2; die "unknown argument: $1" ;;
+      *) usage >&2; die "unknown argument: $1 (see --help)" ;;
     esac
     shift
   done
 }
 
 check_inputs() {
-  [[ -n $PROJECT ]] || die "--project is required"
-  [[ -n $REGION ]] || die "--region is required"
-  [[ -n $CONFIG ]] || die "--config is required"
-  [[ -f $CONFIG ]] || die "config file $CONFIG not found"
+  ((!DELETE || !${#CREATE_ONLY_FLAGS[@]})) ||
+    die "${CREATE_ONLY_FLAGS[0]} is for deploying, not for --delete: leave it out"
+  [[ -n $PROJECT ]] ||
+    die "--project is required: the project of the deployment's topics and functions (or set DYNAGENT_PROJECT)"
+  [[ -n $REGION ]] ||
+    die "--region is required: the region of the functions and the schedule (or set DYNAGENT_REGION)"
+  if ((!DELETE)); then
+    [[ -n $CONFIG ]] ||
+      die "--config is required: the pool config to deploy (or set DYNAGENT_CONFIG_FILE)"
+  fi
+  [[ -z $CONFIG || -f $CONFIG ]] || die "config file $CONFIG not found"
   is_project_id "$PROJECT" || die "--project $PROJECT is not a project id"
   [[ $REGION =~ ^[a-z]+-[a-z]+[0-9]+$ ]] || die "--region $REGION is not a region"
   # The service account id "$NAME-fn" must be 6-30 characters.
@@ -121,7 +150,10 @@ check_inputs() {
   done
   [[ -z $ALERT_EMAIL || $ALERT_EMAIL =~ ^[^@[:space:]\'\"]+@[^@[:space:]\'\"]+$ ]] ||
     die "--alert-email $ALERT_EMAIL is not an email address"
-  if ((!DRY_RUN)); then
+  if ((DELETE)); then
+    command -v gcloud >/dev/null ||
+      die "gcloud is not on PATH: --delete looks up what exists, even with --dry-run"
+  elif ((!DRY_RUN)); then
     command -v gcloud >/dev/null || die "gcloud is not on PATH (or use --dry-run)"
   fi
 }
@@ -267,8 +299,18 @@ capture() {
 # --- the deployment -------------------------------------------------------------------
 
 SNAPSHOTS='' SWEEP_TOPIC='' DEAD_LETTERS='' FN_ACCOUNT='' ROLE_ID='' STATUS_ROLE_ID='' WORK='' SOURCE=''
+# What carries labels (topics, the subscription, functions, alert policies, the
+# dashboard) gets this one: --delete removes those only when they have it.
+OWNER_KEY=dynagent-deployment OWNER_LABEL=''
+# What has no labels is marked by the title, description or display name given here.
+FN_ACCOUNT_TITLE='' ROLE_TITLE='' STATUS_ROLE_TITLE='' SCHEDULE_DESCRIPTION=''
 
 name_resources() {
+  OWNER_LABEL=$OWNER_KEY=$NAME
+  FN_ACCOUNT_TITLE="dynagent functions ($NAME)"
+  ROLE_TITLE="dynagent compute ($NAME)"
+  STATUS_ROLE_TITLE="dynagent status labels ($NAME)"
+  SCHEDULE_DESCRIPTION="dynagent ($NAME): sweep every pool every minute"
   SNAPSHOTS=$NAME-snapshots
   SWEEP_TOPIC=$NAME-sweep
   DEAD_LETTERS=$NAME-dead-letters
@@ -287,9 +329,14 @@ enable_services() {
   done
 }
 
+# One that exists gets the label too (an older deploy.sh made them without), so that
+# --delete knows it for this deployment's.
 ensure_topic() {
-  exists gcloud pubsub topics describe "$1" --project="$PROJECT" ||
-    run gcloud pubsub topics create "$1" --project="$PROJECT"
+  if exists gcloud pubsub topics describe "$1" --project="$PROJECT"; then
+    run gcloud pubsub topics update "$1" --project="$PROJECT" --update-labels="$OWNER_LABEL"
+  else
+    run gcloud pubsub topics create "$1" --project="$PROJECT" --labels="$OWNER_LABEL"
+  fi
 }
 
 create_topics() {
@@ -298,15 +345,20 @@ create_topics() {
   ensure_topic "$DEAD_LETTERS"
   # Messages published to a topic without subscriptions are lost: this one keeps the
   # dead letters for a week, and never expires for being idle.
-  exists gcloud pubsub subscriptions describe "$DEAD_LETTERS" --project="$PROJECT" ||
+  if exists gcloud pubsub subscriptions describe "$DEAD_LETTERS" --project="$PROJECT"; then
+    run gcloud pubsub subscriptions update "$DEAD_LETTERS" --project="$PROJECT" \
+      --update-labels="$OWNER_LABEL"
+  else
     run gcloud pubsub subscriptions create "$DEAD_LETTERS" --topic="$DEAD_LETTERS" \
-      --message-retention-duration=7d --expiration-period=never --project="$PROJECT"
+      --message-retention-duration=7d --expiration-period=never --project="$PROJECT" \
+      --labels="$OWNER_LABEL"
+  fi
 }
 
 create_service_account() {
   exists gcloud iam service-accounts describe "$FN_ACCOUNT" --project="$PROJECT" ||
     run gcloud iam service-accounts create "$NAME-fn" --project="$PROJECT" \
-      --display-name="dynagent functions ($NAME)" \
+      --display-name="$FN_ACCOUNT_TITLE" \
       --description="Runs and triggers the $NAME reconcile and sweep functions"
 }
 
@@ -356,19 +408,28 @@ write_condition() {
     "${expression//\"/\\\"}" >"$file"
 }
 
+# ensure_role PROJECT ID TITLE DESCRIPTION PERMISSIONS
+ensure_role() {
+  local project=$1 id=$2 title=$3 description=$4 granted=$5 deleted
+  if exists gcloud iam roles describe "$id" --project="$project"; then
+    # A role --delete removed stays, deleted, for 7 days, and its id cannot be taken
+    # again by a new role: a deployment under the same name brings it back.
+    lookup deleted gcloud iam roles describe "$id" --project="$project" --format='value(deleted)'
+    [[ $deleted != True ]] || run gcloud iam roles undelete "$id" --project="$project"
+    run gcloud iam roles update "$id" --project="$project" --permissions="$granted" --quiet
+  else
+    run gcloud iam roles create "$id" --project="$project" --stage=GA --title="$title" \
+      --description="$description" --permissions="$granted"
+  fi
+}
+
 grant_compute_role() {
   local project permissions file role
   permissions=$(role_permissions)
   for project in "${PROJECTS_OF_POOLS[@]}"; do
     role=projects/$project/roles/$ROLE_ID
-    if exists gcloud iam roles describe "$ROLE_ID" --project="$project"; then
-      run gcloud iam roles update "$ROLE_ID" --project="$project" --permissions="$permissions" --quiet
-    else
-      run gcloud iam roles create "$ROLE_ID" --project="$project" --stage=GA \
-        --title="dynagent compute ($NAME)" \
-        --description="What the $NAME functions do to Compute Engine" \
-        --permissions="$permissions"
-    fi
+    ensure_role "$project" "$ROLE_ID" "$ROLE_TITLE" \
+      "What the $NAME functions do to Compute Engine" "$permissions"
     file=$WORK/iam-condition-$project.json
     write_condition "$project" "$file"
     ((DRY_RUN)) && echo "# $project: $(condition_expression "$project")"
@@ -410,16 +471,8 @@ grant_service_account_use() {
 # No predefined role is that narrow (pubsub.editor can delete topics), hence a custom one.
 grant_status_labels() {
   local role=projects/$PROJECT/roles/$STATUS_ROLE_ID
-  local permissions=pubsub.topics.get,pubsub.topics.update
-  if exists gcloud iam roles describe "$STATUS_ROLE_ID" --project="$PROJECT"; then
-    run gcloud iam roles update "$STATUS_ROLE_ID" --project="$PROJECT" \
-      --permissions="$permissions" --quiet
-  else
-    run gcloud iam roles create "$STATUS_ROLE_ID" --project="$PROJECT" --stage=GA \
-      --title="dynagent status labels ($NAME)" \
-      --description="The $NAME reconcile function labels its snapshot topic" \
-      --permissions="$permissions"
-  fi
+  ensure_role "$PROJECT" "$STATUS_ROLE_ID" "$STATUS_ROLE_TITLE" \
+    "The $NAME reconcile function labels its snapshot topic" pubsub.topics.get,pubsub.topics.update
   run_binding gcloud pubsub topics add-iam-policy-binding "$SNAPSHOTS" --project="$PROJECT" \
     --member="serviceAccount:$FN_ACCOUNT" --role="$role"
 }
@@ -475,7 +528,7 @@ deploy_function() {
     --trigger-service-account="$FN_ACCOUNT" \
     --set-env-vars="DYNAGENT_CONFIG=dynagent.yaml,DYNAGENT_DEAD_LETTER_TOPIC=projects/$PROJECT/topics/$DEAD_LETTERS,DYNAGENT_SNAPSHOT_TOPIC=projects/$PROJECT/topics/$SNAPSHOTS,$(location_env)" \
     --max-instances=1 --concurrency=1 --ingress-settings=internal-only \
-    --memory=512Mi --timeout=300s "$@" --quiet
+    --memory=512Mi --timeout=300s --update-labels="$OWNER_LABEL" "$@" --quiet
   # Eventarc pushes with the trigger's service account, which must be an invoker.
   run_binding gcloud functions add-invoker-policy-binding "$name" --project="$PROJECT" \
     --region="$REGION" --member="serviceAccount:$FN_ACCOUNT"
@@ -519,7 +572,7 @@ schedule_sweep() {
     run gcloud scheduler jobs update pubsub "$NAME-sweep" "${job[@]}"
   else
     run gcloud scheduler jobs create pubsub "$NAME-sweep" "${job[@]}" \
-      --description="dynagent ($NAME): sweep every pool every minute"
+      --description="$SCHEDULE_DESCRIPTION"
   fi
 }
 
@@ -578,13 +631,18 @@ ensure_dashboard() {
   fi
 }
 
+# What monitoring.py writes, one line each: KIND KEY FILE (tab-separated).
+monitoring_files() {
+  "$(python_for_facts)" "$HERE/monitoring.py" "$WORK/monitoring" "$NAME" "$1" ||
+    die "could not write the monitoring files"
+}
+
 # The files come from the metrics CATALOG (monitoring.py); the functions log each point
 # as {"message": "dynagent metric", "metric": ..., "value": ..., "pool": ..., ...}.
 create_monitoring() {
   local manifest kind key file
   notification_channel
-  manifest=$("$(python_for_facts)" "$HERE/monitoring.py" "$WORK/monitoring" "$NAME" "$CHANNEL") ||
-    die "could not write the monitoring files"
+  manifest=$(monitoring_files "$CHANNEL")
   ((DRY_RUN)) && echo "# monitoring files: $WORK/monitoring"
   # shellcheck disable=SC2016 # the placeholder itself is the message
   [[ $CHANNEL == '${CHANNEL}' ]] &&
@@ -598,6 +656,240 @@ create_monitoring() {
     esac
   done 3<<<"$manifest"
 }
+
+# --- deleting what deploy.sh made (--delete) ------------------------------------------
+
+DELETED=0
+LEFT=() # what exists under one of this deployment's names without its mark, and why
+
+# look VAR gcloud ...: a read-only lookup, run in a dry run too, since --delete deletes
+# only what it finds, and finds it marked as this deployment's. VAR gets what gcloud
+# printed. Returns 1 when gcloud says the resource is not there; any other failure ends
+# the run, for a permission denied is not "already gone".
+look() {
+  local var=$1 out='' failed=0
+  shift
+  [[ " ${*:2:4} " =~ \ (describe|list|get-iam-policy)\  ]] ||
+    die "not a read-only lookup: $(print_command "$@")"
+  out=$("$@" 2>"$WORK/lookup-errors") || failed=1
+  if ((failed)); then
+    grep -Eq 'NOT_FOUND|\[404\]|[Nn]ot found|does not exist' "$WORK/lookup-errors" && return 1
+    cat "$WORK/lookup-errors" >&2
+    die "could not look it up: $(print_command "$@")"
+  fi
+  printf -v "$var" '%s' "$out"
+}
+
+# What a found resource lacks of this deployment's mark; nothing when it has it.
+# Labels as gcloud's value(labels) prints them: k=v;k=v.
+label_lacking() {
+  [[ ";$1;" == *";$OWNER_LABEL;"* ]] || echo "no label $OWNER_LABEL"
+}
+
+# FOUND EXPECTED FIELD
+text_lacking() {
+  [[ $1 == "$2" ]] || echo "its $3 is not '$2'"
+}
+
+# delete_if_own WHAT LACKS COMMAND...: delete it (or, in a dry run, print the delete)
+# when it lacks nothing; otherwise leave it, and say at the end why.
+delete_if_own() {
+  local what=$1 lacks=$2
+  shift 2
+  if [[ -n $lacks ]]; then
+    LEFT+=("$what: $lacks")
+  elif ((DRY_RUN)); then
+    run "$@"
+    DELETED=$((DELETED + 1))
+  else
+    # gcloud's answers to stderr, beside the commands: stdout keeps the notes.
+    run "$@" >&2 || die "failed: $(print_command "$@")"
+    DELETED=$((DELETED + 1))
+  fi
+}
+
+delete_schedule() {
+  local description
+  look description gcloud scheduler jobs describe "$NAME-sweep" --location="$REGION" \
+    --project="$PROJECT" --format='value(description)' || return 0
+  delete_if_own "Cloud Scheduler job $NAME-sweep" \
+    "$(text_lacking "$description" "$SCHEDULE_DESCRIPTION" description)" \
+    gcloud scheduler jobs delete "$NAME-sweep" --location="$REGION" --project="$PROJECT" --quiet
+}
+
+# Its Eventarc trigger, the trigger's subscription and the invoker grant go with it.
+delete_function() {
+  local labels
+  look labels gcloud functions describe "$1" --v2 --project="$PROJECT" --region="$REGION" \
+    --format='value(labels)' || return 0
+  delete_if_own "Cloud Function $1" "$(label_lacking "$labels")" \
+    gcloud functions delete "$1" --project="$PROJECT" --region="$REGION" --quiet
+}
+
+# delete_listed WHAT DISPLAY_NAME FOUND COMMAND...: each line NAME<tab>DISPLAY<tab>LABELS
+# of FOUND (a list) with that display name (found by display name, as deploy.sh finds them, there
+# may be several), by its NAME.
+delete_listed() {
+  local what=$1 display=$2 found=$3 name shown labels
+  shift 3
+  while IFS=$'\t' read -r -u 3 name shown labels; do
+    [[ -n $name && $shown == "$display" ]] || continue
+    delete_if_own "$what '$display' ($name)" "$(label_lacking "$labels")" \
+      "$@" "$name" --project="$PROJECT" --quiet
+  done 3<<<"$found"
+}
+
+# The alert policies first: they read the log-based metrics.
+delete_monitoring() {
+  local manifest kind key file policies='' dashboards='' description
+  manifest=$(monitoring_files "")
+  look policies gcloud alpha monitoring policies list --project="$PROJECT" \
+    --format='value(name,displayName,userLabels)' || policies=''
+  look dashboards gcloud monitoring dashboards list --project="$PROJECT" \
+    --format='value(name,displayName,labels)' || dashboards=''
+  while IFS=$'\t' read -r -u 3 kind key file; do
+    case $kind in
+      policy) delete_listed "alert policy" "$key" "$policies" gcloud alpha monitoring policies delete ;;
+      dashboard) delete_listed dashboard "$key" "$dashboards" gcloud monitoring dashboards delete ;;
+    esac
+  done 3<<<"$manifest"
+  while IFS=$'\t' read -r -u 3 kind key file; do
+    [[ $kind == metric ]] || continue
+    look description gcloud logging metrics describe "$key" --project="$PROJECT" \
+      --format='value(description)' || continue
+    # Log-based metrics have no labels: monitoring.py starts each description so.
+    delete_if_own "log-based metric $key" \
+      "$(text_lacking "${description%%): *}): " "dynagent ($NAME): " "description's start")" \
+      gcloud logging metrics delete "$key" --project="$PROJECT" --quiet
+  done 3<<<"$manifest"
+}
+
+# pubsub_delete topics|subscriptions NAME: the topics' grants go with them.
+pubsub_delete() {
+  local labels
+  look labels gcloud pubsub "$1" describe "$2" --project="$PROJECT" --format='value(labels)' ||
+    return 0
+  delete_if_own "Pub/Sub ${1%s} $2" "$(label_lacking "$labels")" \
+    gcloud pubsub "$1" delete "$2" --project="$PROJECT" --quiet
+}
+
+# ungrant ROLE RESOURCE GROUP...: remove the role deploy.sh granted the functions'
+# account on RESOURCE (gcloud GROUP: a project, or a pool's service account), if held.
+ungrant() {
+  local role=$1 resource=$2 member=serviceAccount:$FN_ACCOUNT roles=''
+  shift 2
+  look roles gcloud "$@" get-iam-policy "$resource" --flatten='bindings[].members' \
+    --filter="bindings.role=\"$role\" AND bindings.members=\"$member\"" \
+    --format='value(bindings.role)' || return 0
+  grep -qxF -- "$role" <<<"$roles" || return 0
+  delete_if_own "grant of $role to $FN_ACCOUNT on $resource" "" \
+    gcloud "$@" remove-iam-policy-binding "$resource" --member="$member" --role="$role" --all --quiet
+}
+
+# delete_role PROJECT ID TITLE: a deleted role is as good as gone (GCP purges it).
+delete_role() {
+  local found title deleted
+  look found gcloud iam roles describe "$2" --project="$1" --format='value(title,deleted)' ||
+    return 0
+  IFS=$'\t' read -r title deleted <<<"$found"
+  [[ $deleted != True ]] || return 0
+  delete_if_own "custom role $2 in project $1" "$(text_lacking "$title" "$3" title)" \
+    gcloud iam roles delete "$2" --project="$1" --quiet
+}
+
+# The account's grants go first, and only when the account is this deployment's; then
+# the custom roles; then the account.
+delete_identity() {
+  local title='' lacks='' found=1 project account
+  look title gcloud iam service-accounts describe "$FN_ACCOUNT" --project="$PROJECT" \
+    --format='value(displayName)' || found=0
+  ((found)) && lacks=$(text_lacking "$title" "$FN_ACCOUNT_TITLE" "display name")
+  if ((found)) && [[ -z $lacks ]]; then
+    for project in "${PROJECTS_OF_POOLS[@]}"; do
+      ungrant "projects/$project/roles/$ROLE_ID" "$project" projects
+    done
+    for account in "${AGENT_ACCOUNTS[@]}"; do
+      ungrant roles/iam.serviceAccountUser "$account" iam service-accounts
+    done
+  fi
+  for project in "${PROJECTS_OF_POOLS[@]}"; do
+    delete_role "$project" "$ROLE_ID" "$ROLE_TITLE"
+  done
+  delete_role "$PROJECT" "$STATUS_ROLE_ID" "$STATUS_ROLE_TITLE"
+  ((found)) || return 0
+  delete_if_own "service account $FN_ACCOUNT" "$lacks" \
+    gcloud iam service-accounts delete "$FN_ACCOUNT" --project="$PROJECT" --quiet
+}
+
+# What --delete leaves, and how to remove it.
+delete_notes() {
+  local i channels='' name shown filter
+  look channels gcloud beta monitoring channels list --project="$PROJECT" \
+    --format='value(name,displayName)' || channels=''
+  while IFS=$'\t' read -r name shown; do
+    [[ $shown == "$NAME alerts ("*")" ]] || continue
+    echo "# left: notification channel $name ('$shown'): deploy.sh reuses a channel by" \
+      "its address, so other policies may notify it; if none does:" \
+      "gcloud beta monitoring channels delete $name --project=$PROJECT"
+  done <<<"$channels"
+  if ((${#POOL_NAMES[@]})); then
+    for i in "${!POOL_NAMES[@]}"; do
+      filter="labels.${POOL_LABELS[i]%%=*}=${POOL_LABELS[i]#*=} AND labels.dynagent-pool=${POOL_NAMES[i]}"
+      echo "# left: pool ${POOL_NAMES[i]}'s instances (--delete never deletes VMs): drain" \
+        "their agents, then delete the VMs that" \
+        "gcloud compute instances list --project=${POOL_PROJECTS[i]} --filter='$filter'" \
+        "lists (docs/master.md, 'Retire dynagent's agents')"
+    done
+  else
+    echo "# left: the pools' instances (--delete never deletes VMs): drain their agents," \
+      "then delete the VMs that" \
+      "gcloud compute instances list --project=$PROJECT --filter='labels.dynagent-pool:*'" \
+      "lists (docs/master.md, 'Retire dynagent's agents')"
+    echo "# without --config, only project $PROJECT was searched: give the pool config to" \
+      "remove the compute role from the pools' other projects and the functions' grant on" \
+      "the pools' service accounts"
+  fi
+  echo "# left: the enabled services, and Cloud Functions' build images and source" \
+    "archives (gcf-artifacts, gcf-v2-sources-*), which other functions share"
+  for i in "${!LEFT[@]}"; do
+    echo "# left, not marked as deploy.sh's for '$NAME': ${LEFT[i]}"
+  done
+  ((!${#LEFT[@]})) ||
+    echo "# if a deploy.sh from before the marks made those, rerun it, then --delete;" \
+      "otherwise they are someone else's"
+}
+
+delete_deployment() {
+  if [[ -n $CONFIG ]]; then
+    read_pools
+  else
+    PROJECTS_OF_POOLS=("$PROJECT")
+  fi
+  name_resources
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/dynagent-gcp-$NAME.XXXXXX")
+  trap 'rm -rf "$WORK"' EXIT
+  echo "# deleting dynagent '$NAME' on GCP: project $PROJECT, region $REGION"
+  # The schedule and the functions first, so nothing runs while the rest goes.
+  delete_schedule
+  delete_function "$NAME-reconcile"
+  delete_function "$NAME-sweep"
+  delete_monitoring
+  pubsub_delete subscriptions "$DEAD_LETTERS"
+  pubsub_delete topics "$SNAPSHOTS"
+  pubsub_delete topics "$SWEEP_TOPIC"
+  pubsub_delete topics "$DEAD_LETTERS"
+  delete_identity
+  delete_notes
+  if ((DRY_RUN)); then
+    echo "# dry run: $DELETED to delete, nothing was deleted"
+  elif ((DELETED)); then
+    echo "# deleted $DELETED resources and grants of dynagent '$NAME'"
+  else
+    echo "# nothing of dynagent '$NAME' was left to delete"
+  fi
+}
+
+# --- the run ----------------------------------------------------------------------------
 
 summary() {
   local i
@@ -625,6 +917,10 @@ closing_notes() {
 main() {
   parse_args "$@"
   check_inputs
+  if ((DELETE)); then
+    delete_deployment
+    return
+  fi
   read_pools
   name_resources
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/dynagent-gcp-$NAME.XXXXXX")

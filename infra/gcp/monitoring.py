@@ -20,8 +20,11 @@ and prints one tab-separated line per file for the shell, without evaluating any
     dashboard  DISPLAY_NAME  FILE
 
 Policies and the dashboard have no name of their own to look up, so deploy.sh finds
-them by display name, which therefore carries NAME. CHANNEL, a notification channel's
-resource name, is where every policy notifies (none without it).
+them by display name, which therefore carries NAME; they are labelled
+``dynagent-deployment=NAME`` too, which ``deploy.sh --delete`` requires before deleting
+one (log-based metrics have no labels: it requires their description's prefix).
+CHANNEL, a notification channel's resource name, is where every policy notifies (none
+without it).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from dynagent.report.metrics import CATALOG, MetricSpec
 # Cloud Monitoring units (UCUM) of CATALOG's CloudWatch units.
 UNITS = {"Count": "1", "Seconds": "s", "Milliseconds": "ms", "None": "1"}
 LOG_MESSAGE = "dynagent metric"
+# deploy.sh's OWNER_KEY: what deploy.sh made for NAME carries OWNER_KEY=NAME.
+OWNER_KEY = "dynagent-deployment"
 
 
 def metric_id(name: str, metric: str) -> str:
@@ -103,6 +108,7 @@ def policies(name: str, channel: str = "") -> list[dict[str, Any]]:
             "enabled": True,
             "conditions": [{"displayName": title, **condition}],
             "notificationChannels": [channel] if channel else [],
+            "userLabels": {OWNER_KEY: name},
         }
 
     def mean_above(metric: str, threshold: float, duration: int) -> dict[str, Any]:
@@ -251,6 +257,7 @@ def dashboard(name: str) -> dict[str, Any]:
         )
     return {
         "displayName": f"{name}: fleet, demand and cost",
+        "labels": {OWNER_KEY: name},
         "mosaicLayout": {"columns": 48, "tiles": tiles},
     }
 

@@ -1,9 +1,11 @@
 """infra/gcp/deploy.sh: the GCP deployment it prints (--dry-run) and the one it runs.
 
-The real gcloud never runs here. Dry runs get a fake ``gcloud`` first on PATH that fails
-the test if it is called at all. The runs without --dry-run get a fake that records
-each call and answers lookups: they check that the script creates what is missing,
-leaves what exists, and runs the commands a dry run prints.
+Dry runs get a fake ``gcloud`` first on PATH that fails the test if it is called at all.
+The runs without --dry-run get a fake that records each call and answers lookups: they
+check that the script creates what is missing, leaves what exists, and runs the
+commands a dry run prints. ``--delete`` (which looks, even in a dry run) runs against
+fake_gcloud.py, a project kept in a JSON file, built from what a create dry run makes;
+and once with the real gcloud against the Pub/Sub emulator, for the topics.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ elif words[:2] == ["projects", "describe"]:
     print("{number}")
 elif words[:4] == ["beta", "monitoring", "channels", "create"]:
     print("{channel}")
+elif words[:3] == ["iam", "roles", "describe"] and "--format=value(deleted)" in args:
+    if exists and os.environ.get("FAKE_GCLOUD_ROLE_DELETED") == "1":
+        print("True")
 elif "list" in words[:4]:
     if exists:
         print("{found}")
@@ -657,7 +662,9 @@ def _calls(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def real_run(tmp_path: Path, *args: str, exists: bool, expression: str = "") -> list[list[str]]:
+def real_run(
+    tmp_path: Path, *args: str, exists: bool, expression: str = "", role_deleted: bool = False
+) -> list[list[str]]:
     tmp_path = tmp_path / "real"
     tmp_path.mkdir()
     log = tmp_path / "calls.jsonl"
@@ -669,6 +676,7 @@ def real_run(tmp_path: Path, *args: str, exists: bool, expression: str = "") -> 
         FAKE_GCLOUD_LOG=str(log),
         FAKE_GCLOUD_EXISTS="1" if exists else "0",
         FAKE_GCLOUD_EXPRESSION=str(expression_file),
+        FAKE_GCLOUD_ROLE_DELETED="1" if role_deleted else "0",
     )
     result = deploy(
         env, "--project", PROJECT, "--region", REGION, "--config", str(EXAMPLE), *args,
@@ -939,3 +947,481 @@ def test_a_pool_without_zone_needs_one_zone_given(tmp_path: Path) -> None:
 
     assert result.returncode != 0
     assert "provider.zone" in result.stderr and "DYNAGENT_GCP_ZONE" in result.stderr
+
+
+# --------------------------------------------------------------------------------------
+# --delete: what deploy.sh made for the name, and nothing else
+# --------------------------------------------------------------------------------------
+
+FAKE_CLOUD = Path(__file__).with_name("fake_gcloud.py")
+MUTATIONS = ("create", "update", "deploy", "delete", "add-iam-policy-binding")
+# bash's own error (deploy.sh: line 86: 2: ...), where deploy.sh's should be.
+BASH_MESSAGE = re.compile(r"deploy\.sh: line \d+")
+
+
+def _labels(value: str) -> dict[str, str]:
+    return dict(pair.split("=", 1) for pair in value.split(",") if pair)
+
+
+def deployed(run: Run) -> dict[str, list[dict[str, Any]]]:
+    """What the commands of a create dry run leave in the project, as fake_gcloud keeps it:
+    each resource with the labels, title or description those commands give it. Grants
+    on topics and functions are left out: they go with their resource."""
+    resources: list[dict[str, Any]] = []
+    bindings: list[dict[str, str]] = []
+
+    def add(kind: str, name: str, project: str, location: str = "", **fields: Any) -> None:
+        resources.append(
+            {"kind": kind, "name": name, "project": project, "location": location,
+             "fields": fields}
+        )  # fmt: skip
+
+    for number, command in enumerate(run.commands):
+        words, options = command[1:], flags(command)
+        project = options.get("project", "")
+        if words[:3] in (["pubsub", "topics", "create"], ["pubsub", "subscriptions", "create"]):
+            add(" ".join(words[:2]), words[3], project, labels=_labels(options["labels"]))
+        elif words[:2] == ["functions", "deploy"]:
+            labels = {"deployment-tool": "cli-gcloud", **_labels(options["update-labels"])}
+            add("functions", words[2], project, options["region"], labels=labels)
+        elif words[:4] == ["scheduler", "jobs", "create", "pubsub"]:
+            add("scheduler jobs", words[4], project, options["location"],
+                description=options["description"])  # fmt: skip
+        elif words[:3] == ["iam", "service-accounts", "create"]:
+            email = f"{words[3]}@{project}.iam.gserviceaccount.com"
+            add("iam service-accounts", email, project, displayName=options["display-name"])
+        elif words[:3] == ["iam", "roles", "create"]:
+            add("iam roles", words[3], project, title=options["title"])
+        elif words[:3] == ["logging", "metrics", "create"]:
+            metric = _file(command, "config-from-file")
+            add("logging metrics", words[3], project, description=metric["description"])
+        elif words[:4] == ["alpha", "monitoring", "policies", "create"]:
+            policy = _file(command, "policy-from-file")
+            add("monitoring policies", f"projects/{project}/alertPolicies/{number}", project,
+                displayName=policy["displayName"], userLabels=policy.get("userLabels", {}),
+            )  # fmt: skip
+        elif words[:3] == ["monitoring", "dashboards", "create"]:
+            board = _file(command, "config-from-file")
+            add("monitoring dashboards", f"projects/{project}/dashboards/{number}", project,
+                displayName=board["displayName"], labels=board.get("labels", {}))  # fmt: skip
+        elif words[:2] == ["projects", "add-iam-policy-binding"] or words[:3] == [
+            "iam", "service-accounts", "add-iam-policy-binding",
+        ]:  # fmt: skip
+            kind = " ".join(words[: words.index("add-iam-policy-binding")])
+            resource = words[words.index("add-iam-policy-binding") + 1]
+            bindings.append(
+                {"kind": kind, "resource": resource, "role": options["role"],
+                 "member": options["member"]}
+            )  # fmt: skip
+    return {"resources": resources, "bindings": bindings}
+
+
+def _merged(*states: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        key: [item for state in states for item in state[key]] for key in ("resources", "bindings")
+    }
+
+
+def _identities(state: dict[str, list[dict[str, Any]]]) -> set[tuple[str, ...]]:
+    """Each resource and grant, as a delete names it."""
+    return {("delete", r["kind"], r["name"], r["project"]) for r in state["resources"]} | {
+        ("ungrant", b["kind"], b["resource"], b["role"], b["member"]) for b in state["bindings"]
+    }
+
+
+def _deleted(run: Run) -> list[tuple[str, ...]]:
+    """What the printed commands delete, in the same terms as _identities."""
+    from . import fake_gcloud
+
+    deleted = []
+    for command in run.commands:
+        kind, verb, name, options = fake_gcloud.parse(command[1:])
+        if verb == "delete":
+            deleted.append(("delete", kind, name, options.get("project", "")))
+        elif verb == "remove-iam-policy-binding":
+            deleted.append(("ungrant", kind, name, options["role"], options["member"]))
+        else:
+            raise AssertionError(f"a --delete printed a command that deletes nothing: {command}")
+    return deleted
+
+
+@dataclass
+class Cloud:
+    """A project as fake_gcloud keeps it, and the gcloud calls made on it."""
+
+    path: Path
+    log: Path
+    env: dict[str, str]
+
+    @property
+    def state(self) -> dict[str, list[dict[str, Any]]]:
+        return json.loads(self.path.read_text())
+
+    def calls(self) -> list[list[str]]:
+        return _calls(self.log)
+
+    def delete(self, *args: str, dry_run: bool, config: Path | None = EXAMPLE) -> Run:
+        base = ["--delete", "--project", PROJECT, "--region", REGION]
+        if config is not None:
+            base += ["--config", str(config)]
+        result = deploy(self.env, *base, *args, dry_run=dry_run)
+        assert not BASH_MESSAGE.search(result.stderr), result.stderr
+        return result
+
+
+def fake_cloud(tmp_path: Path, state: dict[str, list[dict[str, Any]]], **extra: str) -> Cloud:
+    path, log = tmp_path / "cloud.json", tmp_path / "cloud-calls.jsonl"
+    path.write_text(json.dumps(state, indent=1))
+    gcloud = f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE_CLOUD))} "$@"\n'
+    env = script_env(
+        tmp_path / "cloud", gcloud, FAKE_GCLOUD_STATE=str(path), FAKE_GCLOUD_LOG=str(log), **extra
+    )
+    return Cloud(path, log, env)
+
+
+def _mutations(calls: list[list[str]]) -> list[list[str]]:
+    return [c for c in calls if any(word in MUTATIONS for word in c[:4])]
+
+
+# Someone else's, in the same project: names of other prefixes, and a near miss of ours.
+FOREIGN = {
+    "resources": [
+        {"kind": "pubsub topics", "name": "other-snapshots", "project": PROJECT,
+         "fields": {"labels": {"dynagent-deployment": "other"}}},
+        {"kind": "pubsub topics", "name": "dynagent-snapshots-old", "project": PROJECT,
+         "fields": {"labels": {"dynagent-deployment": "dynagent"}}},
+        {"kind": "functions", "name": "dynagent-reconcile", "project": "another-project",
+         "location": REGION, "fields": {"labels": {"dynagent-deployment": "dynagent"}}},
+        {"kind": "monitoring policies", "name": f"projects/{PROJECT}/alertPolicies/x",
+         "project": PROJECT,
+         "fields": {"displayName": "dynagent: dead letters (copy)",
+                    "userLabels": {"dynagent-deployment": "dynagent"}}},
+    ],
+    "bindings": [
+        {"kind": "projects", "resource": PROJECT,
+         "role": f"projects/{PROJECT}/roles/dynagent_compute",
+         "member": f"serviceAccount:someone@{PROJECT}.iam.gserviceaccount.com"},
+    ],
+}  # fmt: skip
+
+
+def two_projects(tmp_path: Path) -> Path:
+    return write_config(
+        tmp_path / "two.yaml",
+        gcp_pool("here", service_account={"email": AGENT_ACCOUNT}),
+        gcp_pool("there", project="other-gpu-project", zone="europe-west4-a", name_prefix="eu-"),
+    )
+
+
+@pytest.fixture(params=["example", "two-projects"])
+def pools(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    return EXAMPLE if request.param == "example" else two_projects(tmp_path)
+
+
+def _deployments(tmp_path: Path, config: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The state of `dynagent` and of `gpu-prod`, both deployed from ``config``."""
+    ours = dry_run(tmp_path / "ours", config=config)
+    theirs = dry_run(tmp_path / "theirs", "--name", "gpu-prod", config=config)
+    assert ours.returncode == theirs.returncode == 0, ours.stderr + theirs.stderr
+    return deployed(ours), deployed(theirs)
+
+
+def test_a_delete_dry_run_prints_a_delete_for_each_thing_deployed_and_runs_none(
+    tmp_path: Path, pools: Path
+) -> None:
+    ours, theirs = _deployments(tmp_path, pools)
+    assert len(_identities(ours)) > 20  # topics, functions, roles, grants, monitoring...
+    cloud = fake_cloud(tmp_path, _merged(ours, theirs, FOREIGN))
+    before = cloud.path.read_text()
+
+    result = cloud.delete("--config", str(pools), dry_run=True, config=None)
+
+    assert result.returncode == 0, result.stderr
+    deleted = _deleted(result)
+    assert sorted(deleted) == sorted(_identities(ours))  # each once, and nothing else
+    foreign = ["gpu-prod", "other-snapshots", "-old", "alertPolicies/x", "another-project"]
+    assert not [w for c in result.commands for w in c if any(f in w for f in foreign)]
+    # It looked (describe, list, get-iam-policy), and changed nothing.
+    assert cloud.calls() and not _mutations(cloud.calls())
+    assert cloud.path.read_text() == before
+    assert result.stdout.rstrip().endswith(
+        f"# dry run: {len(deleted)} to delete, nothing was deleted"
+    )
+
+
+def test_a_delete_removes_the_deployment_and_a_second_finds_nothing_left(tmp_path: Path) -> None:
+    ours, theirs = _deployments(tmp_path, EXAMPLE)
+    cloud = fake_cloud(tmp_path, _merged(ours, theirs, FOREIGN))
+
+    first = cloud.delete(dry_run=False)
+
+    assert first.returncode == 0, first.stderr
+    assert cloud.state == _merged(theirs, FOREIGN)
+    assert (
+        f"# deleted {len(_identities(ours))} resources and grants of dynagent 'dynagent'"
+        in first.stdout
+    )
+    assert "+ gcloud pubsub topics delete dynagent-sweep" in first.stderr  # each command shown
+    calls_before = len(cloud.calls())
+
+    second = cloud.delete(dry_run=False)
+
+    assert second.returncode == 0, second.stderr
+    assert "# nothing of dynagent 'dynagent' was left to delete" in second.stdout
+    assert not _mutations(cloud.calls()[calls_before:])
+    assert cloud.state == _merged(theirs, FOREIGN)
+
+
+def _unmark(state: dict[str, Any], kind: str, name: str, **fields: Any) -> None:
+    [resource] = [r for r in state["resources"] if (r["kind"], r["name"]) == (kind, name)]
+    resource["fields"].update(fields)
+
+
+def test_what_has_our_name_but_not_our_mark_is_left_and_named(tmp_path: Path) -> None:
+    ours, _ = _deployments(tmp_path, EXAMPLE)
+    # As someone else (or a deploy.sh before labels) might have made them.
+    _unmark(ours, "pubsub topics", "dynagent-sweep", labels={})
+    _unmark(ours, "functions", "dynagent-reconcile", labels={"dynagent-deployment": "gpu-prod"})
+    _unmark(ours, "scheduler jobs", "dynagent-sweep", description="the team's own sweep")
+    _unmark(ours, "iam service-accounts", FN_ACCOUNT, displayName="not dynagent's")
+    [policy] = [
+        r for r in ours["resources"] if r["fields"].get("displayName") == "dynagent: no snapshots"
+    ]
+    policy["fields"]["userLabels"] = {}
+    cloud = fake_cloud(tmp_path, ours)
+
+    result = cloud.delete(dry_run=False)
+
+    assert result.returncode == 0, result.stderr
+    left = {(r["kind"], r["name"]) for r in cloud.state["resources"]}
+    assert left == {
+        ("pubsub topics", "dynagent-sweep"),
+        ("functions", "dynagent-reconcile"),
+        ("scheduler jobs", "dynagent-sweep"),
+        ("iam service-accounts", FN_ACCOUNT),
+        ("monitoring policies", policy["name"]),
+    }
+    # An account not known for ours keeps its grants.
+    assert cloud.state["bindings"] == ours["bindings"]
+    notes = [line for line in result.stdout.splitlines() if line.startswith("# left, not marked")]
+    assert len(notes) == 5
+    assert any("topic dynagent-sweep: no label dynagent-deployment=dynagent" in n for n in notes)
+    assert any("job dynagent-sweep: its description is not" in n for n in notes)
+    assert any(f"{FN_ACCOUNT}: its display name is not" in n for n in notes)
+
+
+def test_a_delete_never_touches_the_pools_vms_and_says_how_to_remove_them(
+    tmp_path: Path,
+) -> None:
+    ours, _ = _deployments(tmp_path, EXAMPLE)
+    cloud = fake_cloud(tmp_path, ours)
+
+    result = cloud.delete(dry_run=False)
+
+    assert result.returncode == 0, result.stderr
+    assert not [c for c in cloud.calls() if c[0] == "compute"]
+    for pool in ("gpu", "gpu-spot"):
+        [note] = [line for line in result.stdout.splitlines() if f"pool {pool}'s instances" in line]
+        assert "--delete never deletes VMs" in note and "drain" in note
+        assert (
+            f"gcloud compute instances list --project={PROJECT} "
+            f"--filter='labels.managed-by=dynagent AND labels.dynagent-pool={pool}'"
+        ) in note
+
+
+def test_an_alert_channel_is_left_with_how_to_remove_it(tmp_path: Path) -> None:
+    channel = f"projects/{PROJECT}/notificationChannels/7"
+    state = {
+        "resources": [
+            {"kind": "monitoring channels", "name": channel, "project": PROJECT,
+             "fields": {"displayName": "dynagent alerts (ops@example.com)"}},
+            {"kind": "monitoring channels", "name": f"{channel}0", "project": PROJECT,
+             "fields": {"displayName": "gpu-prod alerts (ops@example.com)"}},
+        ],
+        "bindings": [],
+    }  # fmt: skip
+    cloud = fake_cloud(tmp_path, state)
+
+    result = cloud.delete(dry_run=False)
+
+    assert result.returncode == 0, result.stderr
+    assert cloud.state == state
+    [note] = [line for line in result.stdout.splitlines() if "notification channel" in line]
+    assert f"gcloud beta monitoring channels delete {channel} --project={PROJECT}" in note
+    assert "# nothing of dynagent 'dynagent' was left to delete" in result.stdout
+
+
+def test_without_a_config_the_deployments_project_is_searched_and_that_is_said(
+    tmp_path: Path,
+) -> None:
+    ours, _ = _deployments(tmp_path, EXAMPLE)
+    cloud = fake_cloud(tmp_path, ours)
+
+    result = cloud.delete(dry_run=False, config=None)
+
+    assert result.returncode == 0, result.stderr
+    assert cloud.state["resources"] == []
+    # The functions' actAs grant on the pools' service account needs the config to find.
+    assert [b["resource"] for b in cloud.state["bindings"]] == [AGENT_ACCOUNT]
+    assert "without --config, only project my-gpu-project was searched" in result.stdout
+    assert "labels.dynagent-pool:*" in result.stdout
+
+
+def test_a_lookup_that_fails_is_not_taken_for_gone(tmp_path: Path) -> None:
+    ours, _ = _deployments(tmp_path, EXAMPLE)
+    cloud = fake_cloud(tmp_path, ours)
+    denied = "#!/bin/sh\necho 'ERROR: (gcloud) PERMISSION_DENIED: no' >&2\nexit 1\n"
+    _executable(Path(cloud.env["PATH"].split(os.pathsep)[0]) / "gcloud", denied)
+
+    result = cloud.delete(dry_run=False)
+
+    assert result.returncode == 2
+    assert "PERMISSION_DENIED" in result.stderr
+    assert "deploy.sh: could not look it up: gcloud scheduler jobs describe" in result.stderr
+    assert cloud.state == ours
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--region", REGION], "--project is required: the project of the deployment's"),
+        (["--project", PROJECT], "--region is required: the region of the functions"),
+        (["--project"], "--project needs a value"),
+        (["--project", PROJECT, "--region", "--name", "x"], "--region needs a value"),
+        (["--project", PROJECT, "--region", REGION, "--name", "A"], "--name A: 3-27"),
+        (["--project", PROJECT, "--region", REGION, "--alert-email", "a@b.c"],
+         "--alert-email is for deploying, not for --delete"),
+        (["--project", PROJECT, "--region", REGION, "--config", "/nonexistent.yaml"],
+         "config file /nonexistent.yaml not found"),
+        (["--project", PROJECT, "--region", REGION, "--purge"], "unknown argument: --purge"),
+    ],
+)  # fmt: skip
+def test_bad_delete_inputs_are_refused_before_any_gcloud(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    marker = tmp_path / "gcloud-was-called"
+    env = script_env(tmp_path, FAILING_GCLOUD.format(marker=marker))
+    result = deploy(env, "--delete", *args, dry_run=False)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not BASH_MESSAGE.search(result.stderr)
+    assert not marker.exists()
+
+
+def test_what_carries_labels_is_labelled_with_the_deployments_name(tmp_path: Path) -> None:
+    result = dry_run(tmp_path, "--name", "gpu-prod")
+    assert result.returncode == 0, result.stderr
+    label = "dynagent-deployment=gpu-prod"
+    for command in result.find("pubsub", "topics", "create") + result.find(
+        "pubsub", "subscriptions", "create"
+    ):
+        assert flags(command)["labels"] == label
+    for command in result.find("functions", "deploy"):
+        assert flags(command)["update-labels"] == label
+    for command in result.find("alpha", "monitoring", "policies", "create"):
+        assert _file(command, "policy-from-file")["userLabels"] == {
+            "dynagent-deployment": "gpu-prod"
+        }
+    board = _file(result.one("monitoring", "dashboards", "create"), "config-from-file")
+    assert board["labels"] == {"dynagent-deployment": "gpu-prod"}
+
+
+def test_a_redeployment_labels_the_topics_an_older_deploy_made(tmp_path: Path) -> None:
+    changes = _changes(real_run(tmp_path, exists=True))
+    updated = [c for c in changes if c[:3] in (["pubsub", "topics", "update"],
+                                               ["pubsub", "subscriptions", "update"])]  # fmt: skip
+    labelled = {c[3] for c in updated if "--update-labels=dynagent-deployment=dynagent" in c}
+    assert labelled == {"dynagent-snapshots", "dynagent-sweep", "dynagent-dead-letters"}
+
+
+def test_a_redeployment_after_a_delete_brings_its_custom_roles_back(tmp_path: Path) -> None:
+    calls = real_run(tmp_path, exists=True, role_deleted=True)
+    roles = [c[:4] for c in calls if c[:2] == ["iam", "roles"] and c[2] != "describe"]
+    assert roles == [
+        ["iam", "roles", "undelete", "dynagent_compute"],
+        ["iam", "roles", "update", "dynagent_compute"],
+        ["iam", "roles", "undelete", "dynagent_status"],
+        ["iam", "roles", "update", "dynagent_status"],
+    ]
+
+
+# --delete with the real gcloud against the real Pub/Sub emulator (the rest of the
+# project, which the emulator does not serve, is fake_gcloud's, and empty).
+
+
+def _emulated_gcloud_env(tmp_path: Path, emulator: Any) -> dict[str, str]:
+    real = shutil.which("gcloud")
+    assert real is not None
+    (tmp_path / "gcloud-config").mkdir()
+    token = tmp_path / "token"
+    token.write_text("emulator-ignores-it\n")
+    host = emulator.env()["PUBSUB_EMULATOR_HOST"]
+    return {
+        "FAKE_GCLOUD_PUBSUB": real,
+        "CLOUDSDK_CONFIG": str(tmp_path / "gcloud-config"),
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB": f"http://{host}/",
+        "CLOUDSDK_AUTH_ACCESS_TOKEN_FILE": str(token),
+        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+    }
+
+
+def test_delete_removes_the_topics_the_deploy_made_in_the_pubsub_emulator(
+    tmp_path: Path, pubsub_emulator: Any
+) -> None:
+    import uuid
+
+    suffix = uuid.uuid4().hex[:8]
+    name, other = f"t{suffix}", f"u{suffix}"  # the emulator is the session's
+    cloud = fake_cloud(tmp_path, {"resources": [], "bindings": []},
+                       **_emulated_gcloud_env(tmp_path, pubsub_emulator))  # fmt: skip
+
+    def gcloud(*args: str) -> None:
+        done = subprocess.run(["gcloud", *args], env=cloud.env, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+    # Both deployments' topics and subscriptions, made by the deploy's own commands, but
+    # for name's sweep topic: made without the label, as someone else would have.
+    for deployment in (name, other):
+        created = dry_run(tmp_path / deployment, "--name", deployment)
+        assert created.returncode == 0, created.stderr
+        for command in created.find("pubsub", "topics", "create") + created.find(
+            "pubsub", "subscriptions", "create"
+        ):
+            if command[4] == f"{name}-sweep":
+                command = [word for word in command if not word.startswith("--labels=")]
+            gcloud(*command[1:])
+
+    def names() -> set[str]:
+        topics = pubsub_emulator.publisher().list_topics(project=f"projects/{PROJECT}")
+        subscriptions = pubsub_emulator.subscriber().list_subscriptions(
+            project=f"projects/{PROJECT}"
+        )
+        found = {t.name.rsplit("/", 1)[1] for t in topics}
+        found |= {"sub:" + s.name.rsplit("/", 1)[1] for s in subscriptions}
+        return {n for n in found if n.removeprefix("sub:").startswith((name, other))}
+
+    theirs = {f"{other}-snapshots", f"{other}-sweep", f"{other}-dead-letters",
+              f"sub:{other}-dead-letters"}  # fmt: skip
+    ours = {f"{name}-snapshots", f"{name}-dead-letters", f"sub:{name}-dead-letters"}
+    assert names() == ours | theirs | {f"{name}-sweep"}
+
+    printed = cloud.delete("--name", name, dry_run=True)
+    assert printed.returncode == 0, printed.stderr
+    assert sorted(" ".join(c[1:5]) for c in printed.commands) == sorted([
+        f"pubsub subscriptions delete {name}-dead-letters",
+        f"pubsub topics delete {name}-snapshots",
+        f"pubsub topics delete {name}-dead-letters",
+    ])  # fmt: skip
+    assert names() == ours | theirs | {f"{name}-sweep"}  # a dry run deletes nothing
+
+    first = cloud.delete("--name", name, dry_run=False)
+    assert first.returncode == 0, first.stderr
+    assert names() == theirs | {f"{name}-sweep"}
+    assert f"Pub/Sub topic {name}-sweep: no label dynagent-deployment={name}" in first.stdout
+    assert f"# deleted 3 resources and grants of dynagent '{name}'" in first.stdout
+
+    second = cloud.delete("--name", name, dry_run=False)
+    assert second.returncode == 0, second.stderr
+    assert f"# nothing of dynagent '{name}' was left to delete" in second.stdout
+    assert names() == theirs | {f"{name}-sweep"}
