@@ -85,8 +85,28 @@ Endpoints:
   |shell|tensorboard, config, warnings}`` or ``{experiment, config, warnings}``, the
   entity queued (``STATE_QUEUED``), ``warnings`` ``["LAUNCH_WARNING_CURRENT_SLOTS_EXCEEDED"]``
   when admitted over capacity with ``launch_error: false``. An activated experiment
-  queues one trial of ``slots_per_trial`` (a searcher's later trials are not modelled);
-  a paused one queues none.
+  queues one trial of ``slots_per_trial`` (a searcher's later trials come when a test
+  calls ``create_trial(experiment_id)``); a paused one queues none.
+* History, what the master's database keeps of the work it ran (``history``; since the
+  last reset() or configure()): ``GET /api/v1/experiments`` (``limit``, ``offset`` paged
+  as the database pages: limit 0 is 100, -1 all; ``sortBy`` id, description, name, start
+  or end time, state, trials, user, pool; ``orderBy``; filters ``states`` (the stored
+  state, ACTIVE for one shown QUEUED or RUNNING), ``users``, ``userIds``, ``archived``,
+  ``name``, ``description``, ``labels``; ``pagination``; no trial ids in the list, a
+  ``duration``), ``GET /api/v1/experiments/{id}`` (``experiment`` with its trial ids,
+  ``config``, ``jobSummary`` while active), ``GET /api/v1/experiments/{id}/trials`` (each
+  trial's start, end, state, task ids, wall-clock time; ``states``, ``sortBy``,
+  ``orderBy``, ``offset``, ``limit``), ``GET /api/v1/tasks/{taskId}`` (the task's type,
+  start and end, and its allocation: its run's start and end as PostgreSQL text, QUEUED,
+  RUNNING or TERMINATED, ``slots`` 0 as ``get_task.sql`` selects none) and ``GET
+  /api/v1/resources/allocation/raw?timestamp_after=&timestamp_before=`` (trial entries and
+  each agent's stay, kind ``agent`` with its id as the username, each with the seconds it
+  overlaps the period; HTTP 400 ``no start time provided``, ``no end time provided``,
+  ``start time cannot be after end time``). A task's allocation starts when it is placed
+  and ends with it; an experiment ends with its last trial (COMPLETED if one completed,
+  else ERROR); an agent's stay begins when it registers and ends when it is removed.
+  Simpler than Determined (see ``history``): a trial's raw allocation is one ``training``
+  span, start to end of its allocation; no provisioner ``instance`` entries; no restarts.
 
 The cluster model, with the master's semantics (``rm/agentrm``):
 
@@ -119,6 +139,8 @@ The cluster model, with the master's semantics (``rm/agentrm``):
   and the master waits for it: listed ``enabled: false, draining: true``, and enable
   or disable answers HTTP 500 ``agent disconnected, wait for recovery``.
 * ``finish(task)`` ends a task; ``remove_agent`` ends the agent and kills its tasks.
+  ``advance(seconds)`` lets time pass on the fake clock, so that work runs for hours;
+  ``now()`` reads it.
 
 Agents that connect themselves (``dynagent.testing.machines.agent_machine``'s agent stand-in):
 ``POST /agents?id=&resource_pool=&slots=&slot_type=`` (``cuda``, ``cpu`` or ``none``)
@@ -152,7 +174,8 @@ runs it only when a trial failed on nodes a log policy blocked.
 Where the parts live: the cluster and what a test does to it (``cluster``), the state it
 keeps (``state``), the scheduler tick (``scheduler``), launching through admission
 (``launching``), the REST routes and their handlers (``routes``), the messages they answer
-with (``messages``) and the gateway's errors and request parsing (``gateway``). This
+with (``messages``), the history endpoints (``history``) and the gateway's errors, request
+parsing and paging (``gateway``). This
 module serves them over HTTP, with the knobs.
 """
 
