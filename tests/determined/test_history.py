@@ -327,3 +327,105 @@ def test_det_lists_the_experiment_and_its_trials(master: LocalDetermined, det: R
 
 def csv_rows(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
+
+
+def allocations_csv(
+    master: LocalDetermined, session: Any | None, **params: str
+) -> requests.Response:
+    headers = {} if session is None else {"Authorization": f"Bearer {session.token}"}
+    return requests.get(
+        master.url + "/resources/allocation/allocations-csv",
+        params=params,
+        headers=headers,
+        timeout=10,
+    )
+
+
+def whole_second(moment: datetime, up: bool = False) -> str:
+    """The CSV endpoint takes whole seconds only."""
+    if up and moment.microsecond:
+        moment += timedelta(seconds=1)
+    return rfc3339(moment.replace(microsecond=0))
+
+
+def test_the_allocations_csv_has_every_kind_of_work_with_slots_and_pool(
+    master: LocalDetermined, session: Any
+) -> None:
+    day = run_day(master)
+    waiting = master.submit("Command (waiting)", 8, type="COMMAND")  # more than gpu-1 has
+    answer = allocations_csv(
+        master,
+        session,
+        timestamp_after=whole_second(day.began),
+        timestamp_before=whole_second(day.done, up=True),
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["Content-Type"].startswith("text/csv")
+    rows = csv_rows(answer.text)
+    ran = [*day.trials, day.command, day.notebook, day.gc]
+    assert [r["allocation_id"] for r in rows] == [
+        *(r.allocation_id for r in ran),
+        waiting.allocation_id,  # never started: no start, so last, and in every period
+    ]
+    assert [
+        (r["task_type"], r["username"], r["workspace_name"], r["experiment_id"], r["slots"])
+        for r in rows
+    ] == [
+        ("TRIAL", "admin", "Uncategorized", "1", "2"),
+        ("TRIAL", "admin", "Uncategorized", "1", "2"),
+        ("COMMAND", "admin", "Uncategorized", "", "1"),
+        ("NOTEBOOK", "admin", "Uncategorized", "", "4"),
+        ("CHECKPOINT_GC", "", "", "", "0"),  # no job, so no owner; no workspace
+        ("COMMAND", "admin", "Uncategorized", "", "8"),
+    ]
+    assert [r["resource_pool"] for r in rows] == [
+        "default",
+        "default",
+        "aws-a100",
+        "aws-a100",
+        "default",
+        "default",
+    ]
+    for row, task in zip(rows, ran, strict=False):
+        assert (when(row["start_time"]), when(row["end_time"])) == (task.started, task.ended)
+        hours = (task.ended - task.started).total_seconds() / HOUR * int(row["slots"])
+        assert row["slot_hours"] == (f"{hours:f}" if hours else "0.0")
+        assert row["imagepulling_time"] == "0.0"
+    assert (rows[-1]["start_time"], rows[-1]["end_time"], rows[-1]["slot_hours"]) == ("", "", "0.0")
+
+    # An hour from the first trial's start: its slot-hours are cut to the period.
+    first = day.trials[0]
+    hour = allocations_csv(
+        master,
+        session,
+        timestamp_after=whole_second(first.started, up=True),
+        timestamp_before=whole_second(first.started + timedelta(hours=1), up=True),
+    )
+    cut = csv_rows(hour.text)[0]
+    assert cut["allocation_id"] == first.allocation_id
+    assert cut["slot_hours"] == f"{2 * 1.0:f}"
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "message"),
+    [
+        (
+            {"timestamp_before": "2025-01-02T00:00:00Z"},
+            500,
+            'invalid start time: parsing time "" as "2006-01-02T15:04:05Z": '
+            'cannot parse "" as "2006"',
+        ),
+        (
+            {"timestamp_after": "2025-01-02T00:00:00Z", "timestamp_before": "2025-01-01T00:00:00Z"},
+            500,
+            "start time cannot be after end time",
+        ),
+    ],
+)
+def test_the_allocations_csv_refuses_as_echo_does(
+    master: LocalDetermined, session: Any, params: dict[str, str], status: int, message: str
+) -> None:
+    answer = allocations_csv(master, session, **params)
+    assert (answer.status_code, answer.json()) == (status, {"message": message})
+    anonymous = allocations_csv(master, None, **params)
+    assert (anonymous.status_code, anonymous.json()) == (401, {"message": "Unauthorized"})

@@ -1,22 +1,29 @@
 """The master's records of the work it ran, as its history endpoints answer from its
 database: experiments (``api_experiment.go`` GetExperiments, GetExperiment), their trials
 (``api_trials.go`` GetExperimentTrials, ``proto_get_trials_plus.sql``), a task with its
-allocations (``api_task.go`` GetTask, ``get_task.sql``) and the raw resource allocation
-(``api_master.go`` ResourceAllocationRaw, ``get_raw_allocation.sql``).
+allocations (``api_task.go`` GetTask, ``get_task.sql``), the raw resource allocation
+(``api_master.go`` ResourceAllocationRaw, ``get_raw_allocation.sql``) and the allocations
+CSV (``core.go`` getResourceAllocations), the one record of every kind of work with its
+slots and pool (GetTask's allocations carry no slots, and no task carries its pool).
 
 Simpler than Determined: a trial reports no workloads, so its raw allocation is one
 ``training`` entry spanning its allocation, start to end, as if its one report came at its
 end (the real query cuts a trial's time into training, validation, checkpointing and image
 pulling spans between its reports, and has no entry for a trial that has not reported
-yet); there are no provisioner ``instance`` entries (no provisioner here). A trial never
-restarts (``restarts`` 0): a trial the master killed (its agent disabled or gone) ends in
-ERROR where Determined would restart it up to ``max_restarts``."""
+yet); there are no provisioner ``instance`` entries (no provisioner here) and no image
+pulls (the CSV's ``imagepulling_time`` is 0.0). A trial never restarts (``restarts`` 0):
+a trial the master killed (its agent disabled or gone) ends in ERROR where Determined
+would restart it up to ``max_restarts``. Every allocation is in workspace 1,
+``Uncategorized``."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from werkzeug.wrappers import Request, Response
@@ -442,3 +449,123 @@ def resource_allocation_raw(state: MasterState, request: Request, _: User | None
     if after > before:
         raise ApiError(3, "start time cannot be after end time")
     return json_response({"resourceEntries": raw_allocation_entries(state, after, before)})
+
+
+# -- the allocations CSV ---------------------------------------------------------------
+
+ALLOCATIONS_CSV: Final = "/resources/allocation/allocations-csv"
+_CSV_HEADER: Final = (
+    "allocation_id",
+    "task_type",
+    "username",
+    "workspace_name",
+    "experiment_id",
+    "slots",
+    "start_time",
+    "end_time",
+    "imagepulling_time",
+    "slot_hours",
+    "resource_pool",
+)
+_CSV_TIME: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+
+
+def echo_error(status: int, message: str) -> Response:
+    """api.JSONErrorHandler: an echo route's error, ``{"message": ...}`` and a newline."""
+    body = json.dumps({"message": message}) + "\n"
+    return Response(body, status=status, content_type="application/json")
+
+
+def _csv_time(raw: str, which: str) -> datetime:
+    """time.Parse("2006-01-02T15:04:05Z", raw): whole seconds and a literal Z only."""
+    if not _CSV_TIME.fullmatch(raw):
+        raise ValueError(
+            f'invalid {which} time: parsing time "{raw}" as "2006-01-02T15:04:05Z": '
+            f'cannot parse "{raw}" as "2006"'
+        )
+    return datetime.fromisoformat(raw[:-1] + "+00:00")
+
+
+def _ranges_meet(
+    lower: datetime | None, upper: datetime, after: datetime, before: datetime
+) -> bool:
+    """PostgreSQL's ``tstzrange(lower, upper) && tstzrange(after, before)`` (a NULL lower is
+    unbounded, an empty range meets nothing)."""
+    if lower is not None and lower >= upper:
+        return False
+    return (lower is None or lower < before) and after < upper
+
+
+def _go_time(when: datetime | None) -> str:
+    """time.RFC3339Nano: trailing zeros of the fraction dropped; empty for no time."""
+    if when is None:
+        return ""
+    text = when.strftime("%Y-%m-%dT%H:%M:%S")
+    if when.microsecond:
+        text += f".{when.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def allocation_rows(state: MasterState, after: datetime, before: datetime) -> list[list[str]]:
+    """core.go getResourceAllocations' rows: each allocation whose run (an allocation that
+    never started: everything up to now, as its NULL start makes the range unbounded)
+    meets the period, in start order (never started last), with its task's type if the
+    task meets the period too (a minute before its start on), its owner (none for a
+    checkpoint GC, which has no job), its workspace (trials and commands, notebooks,
+    shells, TensorBoards have one), its slots, pool and slot-hours within the period.
+    Image pulls are not modelled (0.0)."""
+    now = state.now
+    tasks = sorted(
+        [*state.history.values(), *state.tasks.values()],
+        key=lambda t: (t.started is None, t.started or now, t.allocation_id),
+    )
+    rows: list[list[str]] = []
+    for task in tasks:
+        start = task.started
+        lower = None if start is None else start - timedelta(microseconds=1)
+        # markResourcesReleased records no end for an allocation that never started
+        upper = now if start is None else max(start, task.ended or now)
+        if not _ranges_meet(lower, upper, after, before):
+            continue
+        task_upper = max(task.submitted, task.ended or now)
+        in_range = _ranges_meet(task.submitted - timedelta(minutes=1), task_upper, after, before)
+        slot_seconds = 0.0
+        if start is not None:
+            run_end = min(max(task.ended or now, start), before)
+            slot_seconds = (run_end - max(start, after)).total_seconds() * task.slots
+        with_workspace = task.type != "CHECKPOINT_GC"
+        experiment_id = int(task.entity_id) if task.type == "TRIAL" else 0
+        rows.append(
+            [
+                task.allocation_id,
+                task.type if in_range else "",
+                task.username if task.job_id is not None else "",
+                "Uncategorized" if with_workspace else "",
+                str(experiment_id) if experiment_id else "",
+                str(task.slots),
+                _go_time(start),
+                _go_time(task.ended if start is not None else None),
+                "0.0",
+                f"{slot_seconds / 3600:f}" if slot_seconds else "0.0",
+                task.pool,
+            ]
+        )
+    return rows
+
+
+def allocations_csv(state: MasterState, request: Request) -> Response:
+    """GET /resources/allocation/allocations-csv?timestamp_after=&timestamp_before= (echo,
+    not the gateway): a bad or missing time, or a start after the end, is a plain Go error,
+    so HTTP 500 ``{"message": ...}``."""
+    try:
+        after = _csv_time(request.args.get("timestamp_after", ""), "start")
+        before = _csv_time(request.args.get("timestamp_before", ""), "end")
+    except ValueError as exc:
+        return echo_error(500, str(exc))
+    if after > before:
+        return echo_error(500, "start time cannot be after end time")
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(_CSV_HEADER)
+    writer.writerows(allocation_rows(state, after, before))
+    return Response(out.getvalue(), status=200, content_type="text/csv")

@@ -107,6 +107,12 @@ Endpoints:
   else ERROR); an agent's stay begins when it registers and ends when it is removed.
   Simpler than Determined (see ``history``): a trial's raw allocation is one ``training``
   span, start to end of its allocation; no provisioner ``instance`` entries; no restarts.
+* ``GET /resources/allocation/allocations-csv?timestamp_after=&timestamp_before=`` (echo,
+  not the gateway; times ``2006-01-02T15:04:05Z`` exactly): every allocation of every kind
+  whose run meets the period, as ``core.go getResourceAllocations`` writes it: id, task
+  type, owner, workspace, experiment id, slots, start, end, image-pull time (always 0.0
+  here), slot-hours within the period, pool; its errors HTTP 500 ``{"message": ...}``, a
+  missing token 401 ``Unauthorized``. The one record with every task's slots and pool.
 
 The cluster model, with the master's semantics (``rm/agentrm``):
 
@@ -196,6 +202,7 @@ from dynagent.testing.determined.gateway import (
     error_response,
     json_response,
 )
+from dynagent.testing.determined.history import ALLOCATIONS_CSV, allocations_csv, echo_error
 from dynagent.testing.determined.master_config import DEFAULT_POOL
 from dynagent.testing.determined.routes import ROUTES, authenticate, master_info
 from dynagent.testing.determined.state import (
@@ -430,6 +437,8 @@ class LocalDetermined(Cluster, Service):
             return json_response(master_info(self._state))
         if path == "/agents" or path.startswith("/agents/"):
             return self._agent_connection(request)
+        if path == ALLOCATIONS_CSV:
+            return self._allocations_csv(request)
         if not path.startswith("/api/v1/"):
             return Response('{"message":"Not Found"}\n', 404, content_type="application/json")
         allowed: list[str] = []
@@ -448,6 +457,19 @@ class LocalDetermined(Cluster, Service):
         if allowed:
             raise ApiError(12, "Method Not Allowed")
         raise ApiError(12, "Not Implemented")
+
+    def _allocations_csv(self, request: Request) -> Response:
+        """An echo route: echo's errors (``{"message": ...}``), a token as the API takes."""
+        if request.method != "GET":
+            return echo_error(405, "Method Not Allowed")
+        with self._lock:
+            try:
+                authenticate(self._state, request)
+            except ApiError as error:
+                if error.code == 16:  # ProcessAuthentication: echo.ErrUnauthorized
+                    return echo_error(401, "Unauthorized")
+                return echo_error(error.http_status, error.message)
+            return allocations_csv(self._state, request)
 
     # -- agents that connect themselves ---------------------------------------------
 
