@@ -198,7 +198,8 @@ def test_experiments_filter_sort_and_page_as_the_database_does(
         session, sortBy=bindings.v1GetExperimentsRequestSortBy.END_TIME
     )
     assert [e.id for e in by_end.experiments] == [4, 1, 2, 3]  # NULL ends last
-    assert ids(users=["determined"]) == []
+    assert ids(users=["determined"]) == ids(userIds=[2]) == []
+    assert ids(userIds=[1]) == [1, 2, 3, 4]
     assert ids(users=["admin"], archived=False) == [1, 2, 3, 4]
     summary = bindings.get_GetExperiment(session, experimentId=2).jobSummary
     assert summary is not None and summary.state == bindings.jobv1State.QUEUED

@@ -120,8 +120,14 @@ class QueryParams:
 
     def int32(self, name: str) -> int:
         raw = self._one(name)
-        if raw is None:
-            return 0
+        return 0 if raw is None else self._int32(raw)
+
+    def int32s(self, name: str) -> list[int]:
+        """A repeated int32, each value read as int32() reads one."""
+        return [self._int32(raw) for raw in self._values.get(name, [])]
+
+    @staticmethod
+    def _int32(raw: str) -> int:
         if not re.fullmatch(r"[+-]?\d+", raw) or not -(2**31) <= int(raw) < 2**31:
             raise ApiError(3, f'strconv.ParseInt: parsing "{raw}": invalid syntax')
         return int(raw)

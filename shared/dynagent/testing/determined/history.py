@@ -183,7 +183,7 @@ def get_experiments(state: MasterState, request: Request, _: User | None) -> Res
     archived = params.optional_bool("archived")
     states = {s.removeprefix("STATE_") for s in params.enums("states", EXPERIMENT_STATES)}
     users = set(params.strings("users"))
-    user_ids = {int(u) for u in params.strings("userIds") if u.lstrip("-").isdigit()}
+    user_ids = set(params.int32s("userIds"))
     project_id = params.int32("projectId")
     if project_id not in (0, 1):
         raise not_found("project", str(project_id))
