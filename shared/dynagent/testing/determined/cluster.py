@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 import yaml
 
 from dynagent.testing.determined.admission import listing_failure
 from dynagent.testing.determined.gateway import JsonObject
-from dynagent.testing.determined.launching import create_experiment, launch_task
+from dynagent.testing.determined.launching import create_experiment, create_trial, launch_task
 from dynagent.testing.determined.master_config import (
     DEFAULT_POOL,
     DEFAULT_PRIORITY,
@@ -32,6 +33,7 @@ from dynagent.testing.determined.state import (
     TASK_TYPES,
     Agent,
     AgentRegistration,
+    AgentStats,
     LaunchedTask,
     LaunchType,
     MasterState,
@@ -288,12 +290,20 @@ class Cluster:
                 owners=[None] * slots,
                 slot_type=slot_type,
             )
+            # agent.go -> db.RecordAgentStats: the agent's stay begins.
+            stay = AgentStats(agent_id, slots, self._state.now)
+            self._state.agent_stats.append(stay)
 
     def remove_agent(self, agent_id: str) -> None:
         """The agent goes away (or misses its reconnect deadline); its tasks are killed."""
         with self._lock:
             kill_tasks_on(self._state, self._agent(agent_id))
             del self._state.agents[agent_id]
+            # db.EndAgentStats: the open row of the agent's stay ends.
+            now = self._state.tick()
+            for stay in self._state.agent_stats:
+                if stay.agent_id == agent_id and stay.end is None:
+                    stay.end = now
 
     def reconnecting(self, agent_id: str, reconnecting: bool = True) -> None:
         """The agent's websocket dropped and the master waits for it to come back
@@ -334,7 +344,8 @@ class Cluster:
         """Queue a task the master has already admitted (not placed until schedule()): no
         admission here, so a test can set up any queue; launch() and the API's launch
         endpoints admit first. The pool defaults to the default compute pool (the aux
-        pool for a zero-slot task)."""
+        pool for a zero-slot task). A TRIAL here belongs to no experiment the history
+        lists: launch() one for that."""
         if type not in TASK_TYPES:
             raise ValueError(f"task type {type!r}: one of {sorted(TASK_TYPES)}")
         if slots < 0:
@@ -392,6 +403,30 @@ class Cluster:
                 task, warnings = launch_task(self._state, type, {"resources": resources}, owner)
             return LaunchedTask(task.task_id, task.allocation_id, task.job_id, warnings)
 
+    def create_trial(self, experiment_id: int) -> SubmittedTask:
+        """The experiment's searcher creates another trial (its slots_per_trial, pool and
+        priority), queued as a task of the experiment's job. ApiError for an experiment
+        that is paused or has ended (with its last trial), KeyError for an unknown one."""
+        with self._lock:
+            experiment = self._state.records.get(experiment_id)
+            if experiment is None:
+                raise KeyError(f"no experiment {experiment_id}")
+            task = create_trial(self._state, experiment)
+            return SubmittedTask(task.task_id, task.allocation_id, task.job_id)
+
+    def advance(self, seconds: float) -> None:
+        """Time passes on the master's fake clock (which also ticks 1.25 s per event), so
+        that the tasks the history keeps run for as long as a test wants."""
+        if seconds < 0:
+            raise ValueError("the clock does not go back")
+        with self._lock:
+            self._state.now += timedelta(seconds=seconds)
+
+    def now(self) -> datetime:
+        """The master's fake clock."""
+        with self._lock:
+            return self._state.now
+
     def schedule(self) -> list[str]:
         """One scheduler tick: first prune the pools whose provisioner has a launch
         error (provisioner_launch_error), then place what fits, in priority then
@@ -400,7 +435,8 @@ class Cluster:
             return tick(self._state)
 
     def finish(self, task_id: str) -> None:
-        """The task ends (its task id or allocation id); it leaves every list."""
+        """The task ends (its task id or allocation id); it leaves every list but the
+        history (GET /api/v1/tasks/{id}, the experiment's trials, the raw allocation)."""
         with self._lock:
             end_task(self._state, self._task(task_id), "FINISHED")
 

@@ -4,6 +4,7 @@ query parameters and request bodies read into a request, and pagination."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 from collections.abc import Mapping
@@ -119,8 +120,14 @@ class QueryParams:
 
     def int32(self, name: str) -> int:
         raw = self._one(name)
-        if raw is None:
-            return 0
+        return 0 if raw is None else self._int32(raw)
+
+    def int32s(self, name: str) -> list[int]:
+        """A repeated int32, each value read as int32() reads one."""
+        return [self._int32(raw) for raw in self._values.get(name, [])]
+
+    @staticmethod
+    def _int32(raw: str) -> int:
         if not re.fullmatch(r"[+-]?\d+", raw) or not -(2**31) <= int(raw) < 2**31:
             raise ApiError(3, f'strconv.ParseInt: parsing "{raw}": invalid syntax')
         return int(raw)
@@ -135,8 +142,30 @@ class QueryParams:
             return False
         raise ApiError(3, f'strconv.ParseBool: parsing "{raw}": invalid syntax')
 
+    def optional_bool(self, name: str) -> builtins.bool | None:
+        """A google.protobuf.BoolValue: None when the parameter is absent."""
+        return None if self._one(name) is None else self.bool(name)
+
     def string(self, name: str) -> str:
         return self._one(name) or ""
+
+    def strings(self, name: str) -> list[str]:
+        return list(self._values.get(name, []))
+
+    def timestamp(self, name: str) -> datetime | None:
+        """A google.protobuf.Timestamp as runtime.Timestamp reads it (jsonpb: RFC 3339 with
+        a zone); None when absent."""
+        raw = self._one(name)
+        if raw is None:
+            return None
+        text = raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw
+        try:
+            when = datetime.fromisoformat(text) if "T" in text.upper() else None
+        except ValueError:
+            when = None
+        if when is None or when.tzinfo is None:
+            raise ApiError(3, f'bad Timestamp: parsing time "{raw}" as RFC 3339')
+        return when.astimezone(UTC)
 
     def enum(self, name: str, names: tuple[str, ...]) -> str:
         raw = self._one(name)
@@ -147,9 +176,10 @@ class QueryParams:
 
     @staticmethod
     def _enum_value(raw: str, names: tuple[str, ...]) -> str:
-        if raw in names:
+        if raw and raw in names:
             return raw
-        if raw.isdigit() and int(raw) < len(names):
+        # "" marks a number the enum skips (GetExperimentsRequest.SortBy has no 3 or 7).
+        if raw.isdigit() and int(raw) < len(names) and names[int(raw)]:
             return names[int(raw)]
         raise ApiError(3, f"{raw} is not valid")
 
@@ -190,6 +220,32 @@ def paginate(items: list[Any], offset: int, limit: int) -> tuple[list[Any], Json
         end = total
     if not 0 <= start <= total or end < start:
         raise ApiError(3, "offset out of bounds")
+    pagination = {
+        "offset": offset,
+        "limit": limit,
+        "startIndex": start,
+        "endIndex": end,
+        "total": total,
+    }
+    return items[start:end], pagination
+
+
+def page_info(items: list[Any], offset: int, limit: int) -> tuple[list[Any], JsonObject]:
+    """The database's paging (util.sql page_info, and api_experiment.go
+    runPagedBunExperimentsQuery, which repeats it): limit 0 means 100, -1 all, -2 none; an
+    offset past either end gives an empty page, never an error."""
+    total = len(items)
+    start = total + offset if offset < 0 else offset
+    if offset > total or offset < -total:
+        start = total
+    if limit == -2:
+        end = start
+    elif limit == -1:
+        end = total
+    elif limit == 0:
+        end = min(start + 100, total)
+    else:
+        end = min(start + limit, total)
     pagination = {
         "offset": offset,
         "limit": limit,

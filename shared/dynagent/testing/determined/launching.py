@@ -129,10 +129,10 @@ def admit_experiment(
 def create_experiment(
     state: MasterState, config: JsonObject, text: str, owner: User, *, activate: bool
 ) -> tuple[Experiment, tuple[str, ...]]:
-    """An admitted experiment; activated, its one trial is queued (a searcher's other
-    trials are not modelled: one trial of slots_per_trial is what admission and the
-    autoscaler see first)."""
-    pool, slots, warnings = admit_experiment(state, config)
+    """An admitted experiment; activated, its first trial is queued (a searcher's other
+    trials come only when a test asks, Cluster.create_trial: one trial of slots_per_trial
+    is what admission and the autoscaler see first)."""
+    pool, _, warnings = admit_experiment(state, config)
     experiment_id = next(state.experiments)
     resources = config.get("resources") or {}
     priority = _resource_int(resources, "priority", DEFAULT_PRIORITY)
@@ -152,21 +152,32 @@ def create_experiment(
     )
     state.records[experiment_id] = experiment
     if activate:
-        trial_id = next(state.trials)
-        task = state.queue(
-            f"Trial {trial_id} (Experiment {experiment_id})",
-            slots,
-            pool,
-            "TRIAL",
-            priority,
-            owner,
-            experiment_id=experiment_id,
-            job_id=experiment.job_id,
-        )
-        task.job_name = experiment.name
-        experiment.trial_ids.append(trial_id)
-        experiment.task_ids.append(task.task_id)
+        create_trial(state, experiment)
     return experiment, warnings
+
+
+def create_trial(state: MasterState, experiment: Experiment) -> Task:
+    """The experiment's searcher creates a trial: a task of the experiment's job, with its
+    ``slots_per_trial``, pool and priority, queued. ApiError 9 for an experiment that has
+    ended (its searcher has shut down) or is paused."""
+    if experiment.ended is not None or not experiment.active:
+        raise ApiError(9, f"experiment {experiment.id} is not active")
+    resources = experiment.config["resources"]
+    trial_id = next(state.trials)
+    task = state.queue(
+        f"Trial {trial_id} (Experiment {experiment.id})",
+        _resource_int(resources, "slots_per_trial", 1),
+        experiment.pool,
+        "TRIAL",
+        resources["priority"],
+        experiment.user,
+        experiment_id=experiment.id,
+        job_id=experiment.job_id,
+    )
+    task.job_name, task.trial_id = experiment.name, trial_id
+    experiment.trial_ids.append(trial_id)
+    experiment.task_ids.append(task.task_id)
+    return task
 
 
 def _petname(state: MasterState) -> str:

@@ -85,8 +85,34 @@ Endpoints:
   |shell|tensorboard, config, warnings}`` or ``{experiment, config, warnings}``, the
   entity queued (``STATE_QUEUED``), ``warnings`` ``["LAUNCH_WARNING_CURRENT_SLOTS_EXCEEDED"]``
   when admitted over capacity with ``launch_error: false``. An activated experiment
-  queues one trial of ``slots_per_trial`` (a searcher's later trials are not modelled);
-  a paused one queues none.
+  queues one trial of ``slots_per_trial`` (a searcher's later trials come when a test
+  calls ``create_trial(experiment_id)``); a paused one queues none.
+* History, what the master's database keeps of the work it ran (``history``; since the
+  last reset() or configure()): ``GET /api/v1/experiments`` (``limit``, ``offset`` paged
+  as the database pages: limit 0 is 100, -1 all; ``sortBy`` id, description, name, start
+  or end time, state, trials, user, pool; ``orderBy``; filters ``states`` (the stored
+  state, ACTIVE for one shown QUEUED or RUNNING), ``users``, ``userIds``, ``archived``,
+  ``name``, ``description``, ``labels``; ``pagination``; no trial ids in the list, a
+  ``duration``), ``GET /api/v1/experiments/{id}`` (``experiment`` with its trial ids,
+  ``config``, ``jobSummary`` while active), ``GET /api/v1/experiments/{id}/trials`` (each
+  trial's start, end, state, task ids, wall-clock time; ``states``, ``sortBy``,
+  ``orderBy``, ``offset``, ``limit``), ``GET /api/v1/tasks/{taskId}`` (the task's type,
+  start and end, and its allocation: its run's start and end as PostgreSQL text, QUEUED,
+  RUNNING or TERMINATED, ``slots`` 0 as ``get_task.sql`` selects none) and ``GET
+  /api/v1/resources/allocation/raw?timestamp_after=&timestamp_before=`` (trial entries and
+  each agent's stay, kind ``agent`` with its id as the username, each with the seconds it
+  overlaps the period; HTTP 400 ``no start time provided``, ``no end time provided``,
+  ``start time cannot be after end time``). A task's allocation starts when it is placed
+  and ends with it; an experiment ends with its last trial (COMPLETED if one completed,
+  else ERROR); an agent's stay begins when it registers and ends when it is removed.
+  Simpler than Determined (see ``history``): a trial's raw allocation is one ``training``
+  span, start to end of its allocation; no provisioner ``instance`` entries; no restarts.
+* ``GET /resources/allocation/allocations-csv?timestamp_after=&timestamp_before=`` (echo,
+  not the gateway; times ``2006-01-02T15:04:05Z`` exactly): every allocation of every kind
+  whose run meets the period, as ``core.go getResourceAllocations`` writes it: id, task
+  type, owner, workspace, experiment id, slots, start, end, image-pull time (always 0.0
+  here), slot-hours within the period, pool; its errors HTTP 500 ``{"message": ...}``, a
+  missing token 401 ``Unauthorized``. The one record with every task's slots and pool.
 
 The cluster model, with the master's semantics (``rm/agentrm``):
 
@@ -119,6 +145,8 @@ The cluster model, with the master's semantics (``rm/agentrm``):
   and the master waits for it: listed ``enabled: false, draining: true``, and enable
   or disable answers HTTP 500 ``agent disconnected, wait for recovery``.
 * ``finish(task)`` ends a task; ``remove_agent`` ends the agent and kills its tasks.
+  ``advance(seconds)`` lets time pass on the fake clock, so that work runs for hours;
+  ``now()`` reads it.
 
 Agents that connect themselves (``dynagent.testing.machines.agent_machine``'s agent stand-in):
 ``POST /agents?id=&resource_pool=&slots=&slot_type=`` (``cuda``, ``cpu`` or ``none``)
@@ -152,7 +180,8 @@ runs it only when a trial failed on nodes a log policy blocked.
 Where the parts live: the cluster and what a test does to it (``cluster``), the state it
 keeps (``state``), the scheduler tick (``scheduler``), launching through admission
 (``launching``), the REST routes and their handlers (``routes``), the messages they answer
-with (``messages``) and the gateway's errors and request parsing (``gateway``). This
+with (``messages``), the history endpoints (``history``) and the gateway's errors, request
+parsing and paging (``gateway``). This
 module serves them over HTTP, with the knobs.
 """
 
@@ -173,6 +202,7 @@ from dynagent.testing.determined.gateway import (
     error_response,
     json_response,
 )
+from dynagent.testing.determined.history import ALLOCATIONS_CSV, allocations_csv, echo_error
 from dynagent.testing.determined.master_config import DEFAULT_POOL
 from dynagent.testing.determined.routes import ROUTES, authenticate, master_info
 from dynagent.testing.determined.state import (
@@ -407,6 +437,8 @@ class LocalDetermined(Cluster, Service):
             return json_response(master_info(self._state))
         if path == "/agents" or path.startswith("/agents/"):
             return self._agent_connection(request)
+        if path == ALLOCATIONS_CSV:
+            return self._allocations_csv(request)
         if not path.startswith("/api/v1/"):
             return Response('{"message":"Not Found"}\n', 404, content_type="application/json")
         allowed: list[str] = []
@@ -425,6 +457,19 @@ class LocalDetermined(Cluster, Service):
         if allowed:
             raise ApiError(12, "Method Not Allowed")
         raise ApiError(12, "Not Implemented")
+
+    def _allocations_csv(self, request: Request) -> Response:
+        """An echo route: echo's errors (``{"message": ...}``), a token as the API takes."""
+        if request.method != "GET":
+            return echo_error(405, "Method Not Allowed")
+        with self._lock:
+            try:
+                authenticate(self._state, request)
+            except ApiError as error:
+                if error.code == 16:  # ProcessAuthentication: echo.ErrUnauthorized
+                    return echo_error(401, "Unauthorized")
+                return echo_error(error.http_status, error.message)
+            return allocations_csv(self._state, request)
 
     # -- agents that connect themselves ---------------------------------------------
 

@@ -27,6 +27,13 @@ from dynagent.testing.determined.gateway import (
     not_found,
     paginate,
 )
+from dynagent.testing.determined.history import (
+    get_experiment,
+    get_experiment_trials,
+    get_experiments,
+    get_task,
+    resource_allocation_raw,
+)
 from dynagent.testing.determined.launching import (
     LAUNCHED,
     admit_experiment,
@@ -391,6 +398,7 @@ def post_experiment(state: MasterState, request: Request, user: User | None) -> 
 
 _Handler = Callable[..., Response]
 _AGENT: Final = r"/api/v1/agents/(?P<agent_id>[^/]+)"
+_EXPERIMENT: Final = r"/api/v1/experiments/(?P<experiment_id>[^/]+)"
 # (HTTP method, path, handler, needs a bearer token), from api.proto's http options.
 _ROUTE_TABLE: Final[list[tuple[str, str, _Handler, bool]]] = [
     ("POST", r"/api/v1/auth/login", login, False),
@@ -413,6 +421,11 @@ _ROUTE_TABLE: Final[list[tuple[str, str, _Handler, bool]]] = [
     ("POST", r"/api/v1/shells", launch_shell, True),
     ("POST", r"/api/v1/tensorboards", launch_tensorboard, True),
     ("POST", r"/api/v1/experiments", post_experiment, True),
+    ("GET", r"/api/v1/experiments", get_experiments, True),
+    ("GET", _EXPERIMENT, get_experiment, True),
+    ("GET", _EXPERIMENT + "/trials", get_experiment_trials, True),
+    ("GET", r"/api/v1/tasks/(?P<task_id>[^/]+)", get_task, True),
+    ("GET", r"/api/v1/resources/allocation/raw", resource_allocation_raw, True),
 ]
 ROUTES: Final = [
     (method, re.compile(path), handler, auth) for method, path, handler, auth in _ROUTE_TABLE

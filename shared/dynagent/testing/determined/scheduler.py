@@ -1,6 +1,7 @@
 """The agent resource manager's scheduler tick (``rm/agentrm``) over the master's state:
 prune after a provisioner's launch error, fit each pending task, place it; and a task's
-end (finished, killed with its agent, or failed), which frees its devices."""
+end (finished, killed with its agent, or failed), which frees its devices and goes into the
+master's history, with its experiment's end when it was the last trial running."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def tick(state: MasterState) -> list[str]:
             else:
                 agent.zero_slot.append(container_id)
             task.resources.append(Resources(container_id, agent.id, devices))
+        task.started = state.tick()
         placed.append(task.task_id)
     return placed
 
@@ -82,7 +84,8 @@ def _shared_fit(fits: list[Agent], policy: str) -> Agent:
 
 
 def end_task(state: MasterState, task: Task, how: str) -> None:
-    """The task ends (FINISHED, KILLED or ERROR): its devices and aux slots are free."""
+    """The task ends (FINISHED, KILLED or ERROR): its devices and aux slots are free, and
+    it is kept in the history with its end."""
     for res in task.resources:
         agent = state.agents.get(res.agent_id)
         if agent is None:
@@ -92,6 +95,23 @@ def end_task(state: MasterState, task: Task, how: str) -> None:
             agent.zero_slot.remove(res.container_id)
     del state.tasks[task.task_id]
     state.ended[task.task_id] = how
+    task.ended, task.end_state = state.tick(), how
+    state.history[task.task_id] = task
+    if task.trial_id is not None:
+        _end_experiment_if_done(state, task)
+
+
+def _end_experiment_if_done(state: MasterState, trial: Task) -> None:
+    """An experiment ends with its last trial (its searcher made no more: create_trial is
+    refused after), COMPLETED if a trial completed, else ERROR (experiment.go, when the
+    searcher shuts down or every trial failed)."""
+    experiment = state.records.get(int(trial.entity_id))
+    if experiment is None or any(t in state.tasks for t in experiment.task_ids):
+        return
+    ended = [state.history[t] for t in experiment.task_ids]
+    completed = any(t.end_state == "FINISHED" for t in ended)
+    experiment.ended = trial.ended
+    experiment.outcome = "COMPLETED" if completed else "ERROR"
 
 
 def kill_tasks_on(state: MasterState, agent: Agent) -> None:

@@ -1,6 +1,8 @@
 """The master's in-memory state: users and their tokens, pools, agents, tasks (each an
 allocation, most of a job) and experiments, with the fake clock and the deterministic ids
-it hands out. ``MasterState`` is everything a reset() forgets."""
+it hands out; and its history, what the master's database keeps of work that ended (tasks
+with their allocation's start and end, experiments' ends, agents' stays: ``agent_stats``).
+``MasterState`` is everything a reset() forgets."""
 
 from __future__ import annotations
 
@@ -122,7 +124,10 @@ class Experiment:
     started: datetime
     active: bool
     trial_ids: list[int] = field(default_factory=list)
-    task_ids: list[str] = field(default_factory=list)
+    task_ids: list[str] = field(default_factory=list)  # each trial's task, as trial_ids
+    # When its last trial ended, and how (COMPLETED, or ERROR if no trial completed).
+    ended: datetime | None = None
+    outcome: str | None = None
 
 
 @dataclass
@@ -178,10 +183,27 @@ class Task:
     submitted: datetime
     resources: list[Resources] = field(default_factory=list)
     job_name: str | None = None  # the job's name when not the allocation's (an experiment's)
+    trial_id: int | None = None  # a trial of an experiment made here
+    # The allocation's start, when it was placed (allocation.go markResourcesStarted; None
+    # if it never was), and the task's end: FINISHED, KILLED or ERROR.
+    started: datetime | None = None
+    ended: datetime | None = None
+    end_state: str | None = None
 
     @property
     def placed(self) -> bool:
         return bool(self.resources)
+
+
+@dataclass
+class AgentStats:
+    """A row of the master's ``agent_stats``: an agent's stay, from when it registered to
+    when it left (None while connected), with its slots (db.RecordAgentStats)."""
+
+    agent_id: str
+    slots: int
+    start: datetime
+    end: datetime | None = None
 
 
 class SubmittedTask(NamedTuple):
@@ -229,6 +251,8 @@ class MasterState:
         self.default_aux_pool = DEFAULT_POOL
         self.agents: dict[str, Agent] = {}
         self.tasks: dict[str, Task] = {}  # by task id
+        self.history: dict[str, Task] = {}  # tasks that ended, by task id, in end order
+        self.agent_stats: list[AgentStats] = []
         self.ended: dict[str, str] = {}  # task id -> FINISHED, KILLED or ERROR
         self.errors: dict[str, str] = {}  # task id -> why its allocation failed
         self.launch_error = True  # master.yaml's launch_error
@@ -311,6 +335,10 @@ class MasterState:
         )
         self.tasks[task_id] = task
         return task
+
+    def any_task(self, task_id: str) -> Task | None:
+        """A task, running, queued or ended."""
+        return self.tasks.get(task_id) or self.history.get(task_id)
 
     def visible_tasks(self, pool: str) -> list[Task]:
         """A pool's user-visible tasks in queue order (priority, then submission)."""
