@@ -75,7 +75,8 @@ class Row:
     says: tuple[str, ...]
     # "": no cloud; "aws": the local AWS; "gcp": the local Compute and topics;
     # "pubsub": the Pub/Sub emulator (skipped where it is not installed);
-    # "nowhere": credentials, and an AWS endpoint nothing listens on.
+    # "nowhere": credentials, and an AWS endpoint nothing listens on; "determined": the
+    # local Determined master, logged in to as admin with a wrong password.
     cloud: str = ""
 
 
@@ -201,6 +202,30 @@ ROWS = {
         "GET /api/v1/resource-pools",
         "check that --master (or DET_MASTER) is the master's URL",
     ),
+    "trace: no master": row("trace --since 30d --out {trace_out}", "--master is required"),
+    "trace: a bad --since": row(
+        "trace --master http://m:8080 --since 30x --out {trace_out}",
+        "--since '30x' is not a duration",
+        "like 30d, 12h",
+    ),
+    "trace: a bad --until": row(
+        "trace --master http://m:8080 --since 30d --until yesterday --out {trace_out}",
+        "--until 'yesterday' is not a time",
+    ),
+    "trace: a master that does not answer": row(
+        "trace --master http://127.0.0.1:{closed} --since 30d --out {trace_out} "
+        "--token-file {token}",
+        "the master at http://127.0.0.1:{closed} could not be read",
+        "GET /resources/allocation/allocations-csv",
+        "no trace written",
+    ),
+    "trace: a refused login": row(
+        "trace --master {master} --since 30d --out {trace_out}",
+        "the master at {master} could not be read",
+        "login as 'admin' refused",
+        "DET_USER and DET_PASS",
+        cloud="determined",
+    ),
 }
 
 # Rows about what the SDKs find in the environment: each in a process of its own.
@@ -278,6 +303,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "one_level_off": write_yaml(folder / "one-level-off.yaml", one_level_off),
         "pool_level": write_yaml(folder / "pool-level.yaml", pool_level),
         "missing": str(folder / "missing.yaml"),
+        "trace_out": str(folder / "mine.csv"),
     }
     texts = {
         "not_yaml": ("not.yaml", "resource_pools: [\n"),
@@ -338,6 +364,11 @@ def cloud_env(
         compute, topics = request.getfixturevalue("local_gcp")
         monkeypatch.setenv("DYNAGENT_COMPUTE_ENDPOINT", compute.endpoint)
         monkeypatch.setenv(PUBSUB_ENDPOINT_ENV, topics.endpoint)
+    elif cloud == "determined":
+        master = request.getfixturevalue("master")
+        values["master"] = master.url
+        monkeypatch.setenv("DET_USER", "admin")
+        monkeypatch.setenv("DET_PASS", "not the password")
     elif cloud == "pubsub":
         from .gcp import emulators
 

@@ -211,3 +211,42 @@ def test_a_sweep_table_keeps_waits_of_thousands_of_hours_apart(
     ]
     assert all(len(row) == 8 for row in rows)
     assert rows[0][4].startswith("1100h")  # p50: the 12th job waits for eleven, and a boot
+
+
+def test_a_trace_of_several_pools_replays_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default config's one pool is ``default``: its rows are replayed, the others'
+    left out and counted; a trace of one other pool is replayed in it; a --pool the trace
+    lacks is refused, naming the trace's pools."""
+    trace = tmp_path / "mine.csv"
+    trace.write_text(
+        "arrival_s,duration_s,gpus,pool\n0,600,8,default\n10,600,8,a100\n20,600,1,default\n"
+    )
+    argv = ["simulate", str(trace), "--no-progress", "--policy", "dynagent"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "replaying the 2 jobs of pool default; left out 1 jobs of other pools (a100)" in out
+    assert "mine: 2 jobs" in out
+    one = tmp_path / "one.csv"
+    one.write_text("arrival_s,duration_s,gpus,pool\n0,600,8,a100\n")
+    assert main(["simulate", str(one), "--no-progress", "--policy", "dynagent"]) == 0
+    assert "replaying pool a100's jobs of one in pool default" in capsys.readouterr().out
+    assert main([*argv, "--pool", "default"]) == 0
+    capsys.readouterr()
+    config = tmp_path / "t4.yaml"
+    config.write_text(T4_POOL_YAML)
+    assert main([*argv, "--config", str(config)]) == 2
+    assert "has no jobs of pool 't4'; its pools: a100, default" in capsys.readouterr().err
+
+
+T4_POOL_YAML = """
+resource_pools:
+  - pool_name: t4
+    provider:
+      type: aws
+      region: us-east-1
+      image_id: ami-00000000000000000
+      instance_type: g4dn.xlarge
+      max_instances: 4
+"""

@@ -68,3 +68,21 @@ def test_a_bad_trace_says_what_is_wrong(tmp_path: Path, text: str, message: str)
 def test_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="cannot read trace"):
         load_trace(tmp_path / "nope.csv")
+
+
+def test_the_plain_form_may_name_pool_task_type_and_task_id(tmp_path: Path) -> None:
+    text = (
+        "arrival_s,duration_s,gpus,priority,single_agent,pool,task_type,task_id\n"
+        "0,60,2,,false,default,TRIAL,1.abc\n"
+        "5,30,1,,true,a100,COMMAND,def\n"
+    )
+    trace = load_trace(write(tmp_path, text))
+    assert trace.jobs == (
+        Job("1.abc", 0, 60, 2, pool="default", task_type="TRIAL"),
+        Job("def", 5, 30, 1, single_agent=True, pool="a100", task_type="COMMAND"),
+    )
+    assert trace.pools == ["a100", "default"]
+    assert [job.id for job in trace.of_pool("a100").jobs] == ["def"]
+    # A trace that names no pools is all of any pool's.
+    plain = load_trace(write(tmp_path, "arrival_s,duration_s,gpus\n0,60,1\n"))
+    assert (plain.pools, plain.of_pool("a100")) == ([], plain)

@@ -133,6 +133,31 @@ class MasterClient:
             if offset >= total or not jobs:
                 return
 
+    # History (dynagent trace)
+
+    def allocations_csv(self, after: str, before: str) -> str:
+        """The allocations CSV of a period (``core.go`` getResourceAllocations, an echo
+        route outside /api/v1): one row per allocation that ran in it, with its slots and
+        pool. ``after`` and ``before`` as it parses them, ``2006-01-02T15:04:05Z``."""
+        query = urllib.parse.urlencode({"timestamp_after": after, "timestamp_before": before})
+        path = f"/resources/allocation/allocations-csv?{query}"
+        try:
+            return self._call_text("GET", path)
+        except MasterRefused as error:
+            raise MasterUnavailable(f"GET {path.split('?')[0]}: {error}") from None
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        """``GET /api/v1/tasks/{taskId}``: its type, submission (startTime), allocations."""
+        task = self._get(f"/api/v1/tasks/{urllib.parse.quote(task_id)}").get("task")
+        return task if isinstance(task, dict) else {}
+
+    def raw_allocation(self, after: str, before: str) -> list[dict[str, Any]]:
+        """``GET /api/v1/resources/allocation/raw``: trial spans and agents' stays."""
+        query = {"timestamp_after": after, "timestamp_before": before}
+        return list(
+            self._get("/api/v1/resources/allocation/raw", query).get("resourceEntries") or []
+        )
+
     # Writes
 
     def disable(self, agent_id: str) -> None:
@@ -167,6 +192,18 @@ class MasterClient:
         self._login()  # the session token expired: once more with a new one
         return self._send(method, path, body, self._token)
 
+    def _call_text(self, method: str, path: str) -> str:
+        """As _call, for an answer that is text (a CSV), not JSON."""
+        if not self._token:
+            self._login()
+        try:
+            return self._fetch(method, path, None, self._token).decode()
+        except MasterRefused as error:
+            if error.status != 401 or self.credentials.token or not self.credentials.user:
+                raise
+        self._login()
+        return self._fetch(method, path, None, self._token).decode()
+
     def _login(self) -> None:
         if self.credentials.token:
             self._token = self.credentials.token
@@ -189,6 +226,16 @@ class MasterClient:
     def _send(
         self, method: str, path: str, body: dict[str, Any] | None, token: str
     ) -> dict[str, Any]:
+        raw = self._fetch(method, path, body, token)
+        try:
+            answer = json.loads(raw or b"{}")
+        except ValueError:
+            raise MasterUnavailable(f"{method} {path.split('?')[0]}: not JSON") from None
+        if not isinstance(answer, dict):
+            raise MasterUnavailable(f"{method} {path.split('?')[0]}: not a JSON object")
+        return answer
+
+    def _fetch(self, method: str, path: str, body: dict[str, Any] | None, token: str) -> bytes:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Accept", "application/json")
@@ -198,19 +245,13 @@ class MasterClient:
             request.add_header("Authorization", f"Bearer {token}")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout, context=self._ssl) as reply:
-                raw = reply.read()
+                raw: bytes = reply.read()
         except urllib.error.HTTPError as error:
             raise MasterRefused(error.code, _error_message(error)) from None
         except (urllib.error.URLError, OSError, TimeoutError) as error:
             reason = getattr(error, "reason", error)
             raise MasterUnavailable(f"{method} {path.split('?')[0]}: {reason}") from None
-        try:
-            answer = json.loads(raw or b"{}")
-        except ValueError:
-            raise MasterUnavailable(f"{method} {path.split('?')[0]}: not JSON") from None
-        if not isinstance(answer, dict):
-            raise MasterUnavailable(f"{method} {path.split('?')[0]}: not a JSON object")
-        return answer
+        return raw
 
 
 def _whole(page: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -223,10 +264,12 @@ def _whole(page: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 
 def _error_message(error: urllib.error.HTTPError) -> str:
-    """The master's own words: ``{"error": {"code", "reason", "error"}}``."""
+    """The master's own words: ``{"error": {"code", "reason", "error"}}``, or an echo
+    route's ``{"message": ...}`` (api.JSONErrorHandler)."""
     try:
         document = json.loads(error.read() or b"{}")
         detail = document.get("error") or {}
-        return str(detail.get("error") or detail.get("reason") or error.reason)
+        said = detail.get("error") or detail.get("reason") or document.get("message")
+        return str(said or error.reason)
     except (ValueError, AttributeError, OSError):
         return str(error.reason)

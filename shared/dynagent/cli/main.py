@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from dynagent.bridge import command as bridge_command
+from dynagent.bridge import trace as trace_command
 from dynagent.cli import plan_command, status_command
 from dynagent.cli.doctor import command as doctor_command
 from dynagent.cli.errors import explain, reaching
@@ -130,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
 
     status_command.add_parser(commands)
     simulate_command.add_parser(commands)
+    trace_command.add_parser(commands)
     bridge_command.add_parser(commands)
     doctor_command.add_parser(commands)
     # Subcommands registered elsewhere show their defaults the same way.

@@ -49,7 +49,11 @@ def add_parser(commands: Any) -> None:
         "arrival_s,duration_s,gpus[,priority][,single_agent]",
     )
     simulate.add_argument("--config", help="pool YAML (default: 8-GPU p4d.24xlarge, max 1000)")
-    simulate.add_argument("--pool", help="pool name (default: the only pool)")
+    simulate.add_argument(
+        "--pool",
+        help="pool name (default: the config's only pool); of a trace with a pool column, "
+        "only this pool's jobs are replayed",
+    )
     simulate.add_argument("--json", metavar="OUT.json", help="write the figures as JSON")
     simulate.add_argument("--plot", metavar="OUT.html", help="write a plot: .html or .svg")
     simulate.add_argument(
@@ -144,7 +148,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         else parse_config(DEFAULT_POOL_YAML, environ=os.environ)
     )
     pool = _pool(config, args.pool)
-    trace = load_trace(args.trace)
+    trace = pool_jobs(load_trace(args.trace), pool.name, args.pool is not None, out)
     common = {
         "policies": tuple(args.policy or POLICIES),
         "options": run_options(args),
@@ -207,6 +211,33 @@ def _sweep(
         title = f"dynagent simulate: {trace.name}, sweep of {spec.field}"
         write_plot(args.plot, title, sweep_charts(spec.field, points), text)
         print(f"wrote {args.plot}", file=out)
+
+
+def pool_jobs(trace: Trace, pool: str, named: bool, out: TextIO) -> Trace:
+    """The jobs to replay in ``pool``: of a trace that names pools (dynagent trace writes
+    one per pool of the master), the rows of that pool. With no --pool and a trace of one
+    pool, that pool's rows, whatever the config calls its pool."""
+    pools = trace.pools
+    if not pools:
+        return trace
+    if pool not in pools and not named and len(pools) == 1:
+        print(f"replaying pool {pools[0]}'s jobs of {trace.name} in pool {pool}", file=out)
+        return trace.of_pool(pools[0])
+    if pool not in pools:
+        raise ValueError(
+            f"trace {trace.name} has no jobs of pool {pool!r}; its pools: {', '.join(pools)}: "
+            "give --pool and a --config that has that pool"
+        )
+    chosen = trace.of_pool(pool)
+    left_out = len(trace.jobs) - len(chosen.jobs)
+    if left_out:
+        others = ", ".join(name for name in pools if name != pool)
+        print(
+            f"replaying the {len(chosen.jobs)} jobs of pool {pool}; left out {left_out} jobs "
+            f"of other pools ({others})",
+            file=out,
+        )
+    return chosen
 
 
 def _pool(config: Config, name: str | None) -> Pool:

@@ -3,10 +3,14 @@
 Two CSV forms are read, told apart by their header:
 
 - the ITP form of the shared traces: ``job_id,submission_time,duration,num_gpu``;
-- a plain form: ``arrival_s,duration_s,gpus[,priority][,single_agent]`` (job ids are
-  made up, ``job-1``...). ``priority`` is the job's scheduling priority, 1 to 99 as
+- a plain form: ``arrival_s,duration_s,gpus[,priority][,single_agent][,pool]
+  [,task_type][,task_id]``. ``priority`` is the job's scheduling priority, 1 to 99 as
   Determined accepts it, a lower number first (empty: Determined's default, 42);
-  ``single_agent`` (true/false, empty: false) keeps it on one agent.
+  ``single_agent`` (true/false, empty: false) keeps it on one agent. ``pool`` is the
+  resource pool the job ran in: ``dynagent simulate`` replays one pool's jobs
+  (Trace.of_pool). ``task_type`` (TRIAL, COMMAND...) and ``task_id`` are for the reader;
+  ``task_id`` is the job's id (else ids are made up, ``job-1``...). ``dynagent trace``
+  writes this form from a master's own records.
 
 Times are whole seconds from the start of the trace, as the ITP traces give them. A
 job of 0 GPUs is a zero-slot task (a command, a checkpoint GC): it uses no slot.
@@ -25,7 +29,7 @@ ITP_COLUMNS = ("job_id", "submission_time", "duration", "num_gpu")
 PLAIN_COLUMNS = ("arrival_s", "duration_s", "gpus")
 # Columns a form may add; the ITP traces have none.
 OPTIONAL_COLUMNS: dict[tuple[str, ...], tuple[str, ...]] = {
-    PLAIN_COLUMNS: ("priority", "single_agent")
+    PLAIN_COLUMNS: ("priority", "single_agent", "pool", "task_type", "task_id")
 }
 _FORMS = (ITP_COLUMNS, PLAIN_COLUMNS)
 # Determined's bounds on a priority (experiment_config.go ValidatePrioritySetting).
@@ -63,6 +67,8 @@ class Job:
     gpus: int
     priority: int = DEFAULT_PRIORITY
     single_agent: bool = False
+    pool: str = ""  # the resource pool it ran in, where the trace says
+    task_type: str = ""  # Determined's task type, where the trace says
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,17 @@ class Trace:
     def busy_gpu_seconds(self) -> int:
         """GPU-seconds the jobs use: what a perfect fleet would bill (the physical limit)."""
         return sum(job.gpus * job.duration for job in self.jobs)
+
+    @property
+    def pools(self) -> list[str]:
+        """The pools the trace's jobs name, in order (none: a trace without pools)."""
+        return sorted({job.pool for job in self.jobs if job.pool})
+
+    def of_pool(self, pool: str) -> Trace:
+        """The jobs of one pool; a trace that names no pools is all one pool's."""
+        if not self.pools:
+            return self
+        return Trace(self.name, tuple(job for job in self.jobs if job.pool == pool))
 
     @property
     def start(self) -> int:
@@ -138,12 +155,14 @@ def _job(row: Mapping[str, str], line: int, form: tuple[str, ...], source: str) 
     values = {key.strip(): (value or "").strip() for key, value in row.items() if key}
     try:
         job = Job(
-            id=values[id_column[0]] if id_column else f"job-{line - 1}",
+            id=values[id_column[0]] if id_column else values.get("task_id") or f"job-{line - 1}",
             arrival=_seconds(values[arrival]),
             duration=_seconds(values[duration]),
             gpus=int(values[gpus]),
             priority=int(values.get("priority") or DEFAULT_PRIORITY),
             single_agent=_boolean(values.get("single_agent", "")),
+            pool=values.get("pool", ""),
+            task_type=values.get("task_type", ""),
         )
     except ValueError as error:
         raise TraceError(f"{source}: line {line}: {error}") from None
