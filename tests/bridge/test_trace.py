@@ -1,17 +1,22 @@
 """``dynagent trace`` against the local master: a scripted day of work on two pools (an
 experiment of two trials, a command, a notebook, a checkpoint GC, and a shell still
 running at the end) on the master's fake clock, read back as a trace, loaded by the
-simulator's own loader and replayed one pool at a time."""
+simulator's own loader and replayed one pool at a time; and the records the local master
+cannot make (a task of two allocations, one it will not show), answered by hand."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import csv
+import io
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
 
+from dynagent.bridge.client import Credentials, MasterClient, MasterUnavailable
+from dynagent.bridge.trace import read_trace
 from dynagent.cli import main as cli
 from dynagent.simulate.trace import load_trace
 from dynagent.testing.determined.master import DEFAULT_PASSWORD, LocalDetermined
@@ -167,3 +172,60 @@ def test_simulate_replays_one_pool_of_the_trace(
     assert cli.main([*simulate, "--policy", "dynagent"]) == 0
     assert "replaying the 2 jobs of pool aws-a100" in capsys.readouterr().out
     assert len([task for task in ran.values() if task.pool == "aws-a100"]) == 2
+
+
+class RecordsOnly(MasterClient):
+    """A master's records as the API would answer them, where the local master cannot
+    make them: a task of two allocations, one read before the period, one still running,
+    one that never started, and one task the master will not show."""
+
+    CSV = (
+        "allocation_id,task_type,username,workspace_name,experiment_id,slots,start_time,"
+        "end_time,imagepulling_time,slot_hours,resource_pool\n"
+        "1.a.1,TRIAL,u,W,1,4,2026-01-01T00:00:00Z,2026-01-01T01:00:00Z,0.0,4,gpu\n"
+        "1.a.2,TRIAL,u,W,1,4,2026-01-01T02:00:00Z,2026-01-01T02:30:00Z,0.0,2,gpu\n"
+        "b.1,COMMAND,u,W,,1,2025-12-31T23:00:00Z,2026-01-01T00:30:00Z,0.0,0.5,gpu\n"
+        "c.1,NOTEBOOK,u,W,,2,2026-01-01T03:00:00.5Z,,0.0,2,gpu\n"
+        "d.1,SHELL,u,W,,1,,,0.0,0.0,gpu\n"
+    )
+
+    def __init__(self) -> None:
+        super().__init__("http://records.invalid", Credentials(token="t"))
+
+    def allocations_csv(self, after: str, before: str) -> str:
+        assert (after, before) == ("2026-01-01T00:00:00Z", "2026-01-01T04:00:00Z")
+        return self.CSV
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        if task_id == "c":
+            raise MasterUnavailable("GET /api/v1/tasks/c: HTTP 403: forbidden")
+        submitted = {"1.a": "2025-12-31T23:59:00Z", "b": "2025-12-31T22:00:00Z"}[task_id]
+        return {"taskId": task_id, "startTime": submitted}
+
+    def raw_allocation(self, after: str, before: str) -> list[dict[str, Any]]:
+        raise MasterUnavailable("GET /api/v1/resources/allocation/raw: HTTP 404: not found")
+
+
+def test_what_the_records_leave_open_is_approximated_and_said() -> None:
+    since = datetime(2026, 1, 1, tzinfo=UTC)
+    traced = read_trace(RecordsOnly(), since, since + timedelta(hours=4))
+    rows = list(csv.DictReader(io.StringIO(traced.csv_text())))
+    by_task = {row["task_id"]: row for row in rows}
+    assert set(by_task) == {"1.a", "b", "c"}  # d never started
+    # Two allocations, one job: 1 h + 30 min, arriving when submitted (before the period).
+    assert by_task["1.a"]["duration_s"] == "5400"
+    assert by_task["1.a"]["arrival_s"] == "0"
+    assert by_task["b"]["duration_s"] == "1800"  # counted from --since
+    # Unread task: arrives at its start; still running at --until: cut there.
+    assert (by_task["c"]["arrival_s"], by_task["c"]["duration_s"]) == ("10800.500", "3599.500")
+    assert {row["priority"] for row in rows} == {""}
+    summary = "\n".join(traced.summary())
+    for said in (
+        "1 tasks could not be read: their arrival is their start, so the replay's waits "
+        "for them are a lower bound",
+        "1 allocations still running at --until: cut there",
+        "1 allocations began before --since: counted from --since",
+        "1 allocations never started: left out",
+        "the agents' up time could not be read: GET /api/v1/resources/allocation/raw",
+    ):
+        assert said in summary
