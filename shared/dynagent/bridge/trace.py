@@ -263,6 +263,10 @@ class Traced:
             "  a task of several allocations is one job: their run times summed, its first "
             "allocation's slots"
         )
+        lines.append(
+            "  single_agent: by task type (trials may span agents; is_single_node is not in "
+            "these records)"
+        )
         if self.without_arrival:
             lines.append(
                 f"  {len(self.without_arrival)} tasks could not be read: their arrival is "
