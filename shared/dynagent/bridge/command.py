@@ -27,19 +27,13 @@ def add_parser(commands: Any) -> None:
         "managed pool on every change and at least every 30 s. Credentials: DET_USER and "
         "DET_PASS, or --token-file.",
     )
-    bridge.add_argument(
-        "--master",
-        default=os.environ.get("DET_MASTER"),
-        help="the master's URL (default: the DET_MASTER environment variable, as det reads it)",
-    )
+    add_master_options(bridge)
     bridge.add_argument("--config", required=True, help="the pool config the functions use")
     target = bridge.add_mutually_exclusive_group(required=True)
     target.add_argument("--to", metavar="DESTINATION", help="SQS FIFO queue URL or Pub/Sub topic")
     target.add_argument("--print", action="store_true", help="snapshots as JSON lines on stdout")
     bridge.add_argument("--region", help="the queue's region, if its URL does not say")
     bridge.add_argument("--once", action="store_true", help="one pass, then exit")
-    bridge.add_argument("--token-file", help="a file holding an access token (det token create)")
-    bridge.add_argument("--cert", help="a CA bundle for the master's TLS certificate")
     bridge.add_argument(
         "--master-host",
         choices=("ec2", "gce"),
@@ -54,6 +48,25 @@ class _Printer:
     def publish(self, snapshot: Snapshot) -> str:
         print(snapshot.to_json(), flush=True)
         return snapshot.dedup_id
+
+
+def add_master_options(parser: argparse.ArgumentParser) -> None:
+    """How a command reaches the master and logs in, as det does: --master (DET_MASTER),
+    --token-file or DET_USER and DET_PASS, and --cert; ``master_client`` reads them."""
+    parser.add_argument(
+        "--master",
+        default=os.environ.get("DET_MASTER"),
+        help="the master's URL (default: the DET_MASTER environment variable, as det reads it)",
+    )
+    parser.add_argument("--token-file", help="a file holding an access token (det token create)")
+    parser.add_argument("--cert", help="a CA bundle for the master's TLS certificate")
+
+
+def master_client(args: argparse.Namespace) -> MasterClient:
+    """The client of ``add_master_options``' flags; ValueError naming what is missing."""
+    if not args.master:
+        raise ValueError("--master is required (or set DET_MASTER)")
+    return MasterClient(args.master, credentials(args.token_file, os.environ), ca_file=args.cert)
 
 
 def credentials(token_file: str | None, env: dict[str, str] | os._Environ[str]) -> Credentials:
@@ -92,10 +105,8 @@ def run(args: argparse.Namespace) -> int:
     from .client import MasterUnavailable
     from .loop import Bridge, BridgeRefused
 
-    if not args.master:
-        raise ValueError("--master is required (or set DET_MASTER)")
+    master = master_client(args)
     config = load_config(args.config)
-    master = MasterClient(args.master, credentials(args.token_file, os.environ), ca_file=args.cert)
     sink = _Printer() if args.print else publisher_for(args.to, args.region)
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
 import re
 import sys
 from collections import defaultdict
@@ -38,6 +37,7 @@ from typing import Any, TextIO
 from dynagent.core.durations import parse_duration
 
 from .client import MasterClient, MasterUnavailable
+from .command import add_master_options, master_client
 
 # The plain trace form's columns (dynagent/simulate/trace.py), with the optional ones a
 # reader of the file wants: where the job ran, what it was, and which task it is.
@@ -68,11 +68,7 @@ def add_parser(commands: Any) -> None:
         "simulate replays. Reads only, as any user may. Credentials: DET_USER and DET_PASS, "
         "or --token-file.",
     )
-    trace.add_argument(
-        "--master",
-        default=os.environ.get("DET_MASTER"),
-        help="the master's URL (default: the DET_MASTER environment variable, as det reads it)",
-    )
+    add_master_options(trace)
     trace.add_argument(
         "--since",
         required=True,
@@ -85,20 +81,14 @@ def add_parser(commands: Any) -> None:
         help="the period's end, like 2026-01-31T00:00:00Z (default: now)",
     )
     trace.add_argument("--out", required=True, metavar="FILE", help="the trace CSV to write")
-    trace.add_argument("--token-file", help="a file holding an access token (det token create)")
-    trace.add_argument("--cert", help="a CA bundle for the master's TLS certificate")
     trace.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, err: TextIO | None = None) -> int:
-    from .command import credentials
-
     err = err or sys.stderr
-    if not args.master:
-        raise ValueError("--master is required (or set DET_MASTER)")
     until = parse_time(args.until, "--until") if args.until else datetime.now(UTC)
     since = period_start(args.since, until)
-    master = MasterClient(args.master, credentials(args.token_file, os.environ), ca_file=args.cert)
+    master = master_client(args)  # after the period: a bad one is said before credentials
     try:
         traced = read_trace(master, since, until)
     except MasterUnavailable as error:
