@@ -113,11 +113,16 @@ def run(args: argparse.Namespace, err: TextIO | None = None) -> int:
 def parse_time(text: str, flag: str) -> datetime:
     """An ISO 8601 time (``Z`` or an offset; UTC if none), or ValueError naming the flag."""
     try:
-        when = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
+        return _utc(text.strip().replace("z", "Z"))
     except ValueError:
         raise ValueError(
             f"{flag} {text!r} is not a time: write it like 2026-01-31T00:00:00Z"
         ) from None
+
+
+def _utc(text: str) -> datetime:
+    # fromisoformat reads Z, offsets and Go's nine fraction digits (truncated to six).
+    when = datetime.fromisoformat(text)
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
@@ -156,11 +161,7 @@ def _query_time(when: datetime) -> str:
 
 def _csv_time(text: str) -> datetime | None:
     """A time of the CSV (RFC 3339, Go's nanoseconds at most), or None when empty."""
-    if not text:
-        return None
-    body, _, fraction = text.rstrip("Z").partition(".")
-    when = datetime.fromisoformat(body).replace(tzinfo=UTC)
-    return when + timedelta(microseconds=int(fraction[:6].ljust(6, "0"))) if fraction else when
+    return _utc(text) if text else None
 
 
 # -- the records, as jobs --------------------------------------------------------------
@@ -333,7 +334,7 @@ def _read_task(master: MasterClient, traced: Traced, job: TracedJob) -> None:
     except MasterUnavailable:
         traced.without_arrival.append(job.task_id)
         return
-    submitted = _csv_time(str(task.get("startTime") or "").replace("+00:00", "Z"))
+    submitted = _csv_time(str(task.get("startTime") or ""))
     if submitted is None:
         traced.without_arrival.append(job.task_id)
     else:

@@ -220,14 +220,7 @@ def paginate(items: list[Any], offset: int, limit: int) -> tuple[list[Any], Json
         end = total
     if not 0 <= start <= total or end < start:
         raise ApiError(3, "offset out of bounds")
-    pagination = {
-        "offset": offset,
-        "limit": limit,
-        "startIndex": start,
-        "endIndex": end,
-        "total": total,
-    }
-    return items[start:end], pagination
+    return _page(items, offset, limit, start, end)
 
 
 def page_info(items: list[Any], offset: int, limit: int) -> tuple[list[Any], JsonObject]:
@@ -246,12 +239,19 @@ def page_info(items: list[Any], offset: int, limit: int) -> tuple[list[Any], Jso
         end = min(start + 100, total)
     else:
         end = min(start + limit, total)
+    return _page(items, offset, limit, start, end)
+
+
+def _page(
+    items: list[Any], offset: int, limit: int, start: int, end: int
+) -> tuple[list[Any], JsonObject]:
+    """The page, and the Pagination message that says which it is."""
     pagination = {
         "offset": offset,
         "limit": limit,
         "startIndex": start,
         "endIndex": end,
-        "total": total,
+        "total": len(items),
     }
     return items[start:end], pagination
 
