@@ -1,13 +1,15 @@
 """``dynagent trace`` against the local master: a scripted day of work on two pools (an
-experiment of two trials, a command, a notebook, a checkpoint GC, and a shell still
-running at the end) on the master's fake clock, read back as a trace, loaded by the
-simulator's own loader and replayed one pool at a time; and the records the local master
-cannot make (a task of two allocations, one it will not show), answered by hand."""
+experiment of two trials, another of priority 10 on one agent, a command, a notebook, a
+checkpoint GC, and a shell still running at the end) on the master's fake clock, read
+back as a trace, loaded by the simulator's own loader and replayed one pool at a time;
+and the records the local master cannot make (a task of two allocations, one it will not
+show, a deleted experiment), answered by hand."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -43,8 +45,9 @@ class Day(NamedTuple):
 
 def run_day(master: LocalDetermined) -> Day:
     """default (gpu-1, 4 slots) and aws-a100 (cloud-1, 8 slots): experiment 1 of two
-    2-slot trials and a checkpoint GC in default, a 1-slot command and a 4-slot notebook
-    in aws-a100, each a minute in the queue, ended hours later; then a 1-slot shell in
+    2-slot trials and a checkpoint GC in default; a 1-slot command, a 4-slot notebook and
+    experiment 2's 2-slot trial (priority 10, is_single_node) in aws-a100; each a minute
+    in the queue, ended hours later; then a 1-slot shell in
     default that is still running when the day is read."""
     master.add_pool("aws-a100", "AWS", slots_per_agent=8, instance_type="p4d.24xlarge")
     master.add_agent("gpu-1", slots=4)
@@ -66,6 +69,8 @@ def run_day(master: LocalDetermined) -> Day:
     place(command.task_id, "aws-a100", "COMMAND", 1)
     notebook = master.launch("NOTEBOOK", 4, "aws-a100")
     place(notebook.task_id, "aws-a100", "NOTEBOOK", 4)
+    trial_3 = master.launch("TRIAL", 2, "aws-a100", priority=10, single_node=True)
+    place(trial_3.task_id, "aws-a100", "TRIAL", 2)
     gc = master.submit("Checkpoint GC", 0, "default", type="CHECKPOINT_GC")
     place(gc.task_id, "default", "CHECKPOINT_GC", 0)
     ended: dict[str, datetime] = {}
@@ -74,6 +79,7 @@ def run_day(master: LocalDetermined) -> Day:
         (command.task_id, 0.75),
         (trial_1.task_id, 1),
         (notebook.task_id, 0.5),
+        (trial_3.task_id, 0.5),
         (trial_2.task_id, 2),
     ]:
         master.advance(hours * HOUR)
@@ -121,8 +127,9 @@ def test_the_trace_of_a_day_has_its_tasks_slots_and_busy_hours(
         assert (job.pool, job.task_type, job.gpus) == (task.pool, task.task_type, task.slots)
         assert job.arrival == round((task.submitted - since).total_seconds())
         assert job.duration == round((task.ended - task.started).total_seconds())
-        assert job.single_agent == (task.task_type != "TRIAL")
-        assert job.priority == 42  # not in the records: Determined's default
+        # Experiment 2's from its config; the others' by type, at the default priority.
+        assert job.single_agent == (task.task_type != "TRIAL" or task.pool == "aws-a100")
+        assert job.priority == (10 if task.task_type == "TRIAL" and task.pool == "aws-a100" else 42)
     for pool in ("default", "aws-a100"):
         replayed = trace.of_pool(pool)
         script = [task for task in ran.values() if task.pool == pool]
@@ -132,7 +139,7 @@ def test_the_trace_of_a_day_has_its_tasks_slots_and_busy_hours(
         assert f"pool {pool}: {len(script)} jobs, {busy:.2f} busy GPU-hours" in summary
 
     assert "1 allocations still running at --until: cut there" in summary
-    assert "priority: not in the master's records" in summary
+    assert "priority and single_agent: 3 trials' from their experiments' configs" in summary
     # gpu-1 is still connected: its pool is known; cloud-1 left, so its pool is not.
     up = (done - gpu_1_up).total_seconds() * 4 / HOUR
     assert f"its agents were up {up:.2f} GPU-hours" in summary
@@ -165,13 +172,55 @@ def test_simulate_replays_one_pool_of_the_trace(
     simulate = ["simulate", str(out), "--config", str(config), "--no-progress"]
     assert cli.main([*simulate, "--pool", "aws-a100", "--policy", "dynagent"]) == 0
     said = capsys.readouterr().out
-    assert "replaying the 2 jobs of pool aws-a100; left out 4 jobs of other pools (default)" in (
+    assert "replaying the 3 jobs of pool aws-a100; left out 4 jobs of other pools (default)" in (
         said
     )
+    # aws-a100's agent has gone, so its pool is not known: nothing to set beside.
+    assert "As it ran" not in said
     # Without --pool, the config's one pool picks its rows the same way.
     assert cli.main([*simulate, "--policy", "dynagent"]) == 0
-    assert "replaying the 2 jobs of pool aws-a100" in capsys.readouterr().out
-    assert len([task for task in ran.values() if task.pool == "aws-a100"]) == 2
+    assert "replaying the 3 jobs of pool aws-a100" in capsys.readouterr().out
+    assert len([task for task in ran.values() if task.pool == "aws-a100"]) == 3
+
+
+def test_simulate_sets_its_figures_beside_the_agents_as_they_ran(
+    master: LocalDetermined,
+    logged_in: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, gpu_1_up, done = run_day(master)
+    out = tmp_path / "mine.csv"
+    argv = ["trace", "--master", master.url, "--since", "1d", "--until", iso(done)]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    up = (done - gpu_1_up).total_seconds() * 4 / HOUR  # gpu-1, default's agent, 4 slots
+    trace = load_trace(out)
+    assert trace.period_s == 86400
+    assert trace.agents_up_gpu_hours == {"default": pytest.approx(up, abs=0.001)}
+    config = tmp_path / "pools.yaml"
+    pool = {
+        "pool_name": "default",
+        "provider": {
+            "type": "aws",
+            "region": "us-east-1",
+            "image_id": "ami-00000000000000000",
+            "instance_type": "g4dn.12xlarge",
+            "max_instances": 2,
+        },
+    }
+    config.write_text(yaml.safe_dump({"resource_pools": [pool]}))
+    capsys.readouterr()
+    json_out = tmp_path / "replay.json"
+    simulate = ["simulate", str(out), "--config", str(config), "--no-progress"]
+    assert cli.main([*simulate, "--json", str(json_out)]) == 0
+    said = capsys.readouterr().out
+    beside = f"As it ran: pool default's own agents were up {up:,.1f} GPU-hours in its 1.0 days"
+    assert beside in said.replace("\n", " ")
+    document = json.loads(json_out.read_text())
+    billed = {name: column["gpu_hours"] for name, column in document["columns"].items()}
+    ratios = ", ".join(f"{name} {hours / up:.3f}" for name, hours in billed.items())
+    assert f"Replayed ÷ as it ran: {ratios}." in said
+    assert document["as_it_ran"]["agents_up_gpu_hours"] == {"default": round(up, 3)}
 
 
 class RecordsOnly(MasterClient):
@@ -202,6 +251,10 @@ class RecordsOnly(MasterClient):
         submitted = {"1.a": "2025-12-31T23:59:00Z", "b": "2025-12-31T22:00:00Z"}[task_id]
         return {"taskId": task_id, "startTime": submitted}
 
+    def experiment_config(self, experiment_id: str) -> dict[str, Any]:
+        assert experiment_id == "1"  # of the trial; the others are no experiment's
+        raise MasterUnavailable("GET /api/v1/experiments/1: HTTP 404: experiment not found")
+
     def raw_allocation(self, after: str, before: str) -> list[dict[str, Any]]:
         raise MasterUnavailable("GET /api/v1/resources/allocation/raw: HTTP 404: not found")
 
@@ -209,7 +262,9 @@ class RecordsOnly(MasterClient):
 def test_what_the_records_leave_open_is_approximated_and_said() -> None:
     since = datetime(2026, 1, 1, tzinfo=UTC)
     traced = read_trace(RecordsOnly(), since, since + timedelta(hours=4))
-    rows = list(csv.DictReader(io.StringIO(traced.csv_text())))
+    preamble, table = traced.csv_text().split("\narrival_s,", 1)
+    assert preamble.splitlines()[1:] == ["# period_s,14400"]  # no agents' up: not read
+    rows = list(csv.DictReader(io.StringIO("arrival_s," + table)))
     by_task = {row["task_id"]: row for row in rows}
     assert set(by_task) == {"1.a", "b", "c"}  # d never started
     # Two allocations, one job: 1 h + 30 min, arriving when submitted (before the period).
@@ -226,6 +281,8 @@ def test_what_the_records_leave_open_is_approximated_and_said() -> None:
         "1 allocations still running at --until: cut there",
         "1 allocations began before --since: counted from --since",
         "1 allocations never started: left out",
+        "1 experiments could not be read (deleted?: 1): their 1 trials at the default "
+        "priority, free to span agents",
         "the agents' up time could not be read: GET /api/v1/resources/allocation/raw",
     ):
         assert said in summary

@@ -11,7 +11,7 @@ from dynagent.simulate.trace import Job, TraceError, load_trace
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "jobs.csv"
-    path.write_text(text)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))  # "\udcee": the byte 0xee
     return path
 
 
@@ -58,6 +58,9 @@ def test_the_plain_form_may_give_priority_and_single_agent(tmp_path: Path) -> No
         ("arrival_s,duration_s,gpus,colour\n0,60,1,red\n", "unknown columns"),
         ("job_id,submission_time,duration,num_gpu,priority\na,0,60,1,5\n", "unknown columns"),
         ("arrival_s,duration_s,gpus\n-5,60,1\n", "negative"),
+        ("# text\n# period_s,a day\narrival_s,duration_s,gpus\n0,60,1\n", "line 2: period_s"),
+        ("# x\narrival_s,duration_s,gpus\n0,soon,1\n", "line 3"),  # the file's own line
+        ("\udcee", "not a text CSV"),
     ],
 )
 def test_a_bad_trace_says_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
@@ -86,3 +89,20 @@ def test_the_plain_form_may_name_pool_task_type_and_task_id(tmp_path: Path) -> N
     # A trace that names no pools is all of any pool's.
     plain = load_trace(write(tmp_path, "arrival_s,duration_s,gpus\n0,60,1\n"))
     assert (plain.pools, plain.of_pool("a100")) == ([], plain)
+
+
+def test_the_preamble_records_the_period_as_it_ran(tmp_path: Path) -> None:
+    text = (
+        "# dynagent trace: the master's records, with a comma, of a day\n"
+        "# period_s,86400\n"
+        '# agents_up_gpu_hours,"gpu, spot",12.5\n'
+        "# agents_up_gpu_hours,default,3\n"
+        'arrival_s,duration_s,gpus,pool\n0,60,2,default\n5,30,1,"gpu, spot"\n'
+    )
+    trace = load_trace(write(tmp_path, text))
+    assert [job.id for job in trace.jobs] == ["job-1", "job-2"]  # rows, not file lines
+    assert trace.period_s == 86400
+    assert trace.agents_up_gpu_hours == {"gpu, spot": 12.5, "default": 3.0}
+    # One pool's jobs keep that pool's agents only.
+    assert trace.of_pool("default").agents_up_gpu_hours == {"default": 3.0}
+    assert trace.of_pool("other").agents_up_gpu_hours == {}

@@ -151,6 +151,13 @@ class MasterClient:
         task = self._get(f"/api/v1/tasks/{urllib.parse.quote(task_id)}").get("task")
         return task if isinstance(task, dict) else {}
 
+    def experiment_config(self, experiment_id: str) -> dict[str, Any]:
+        """``GET /api/v1/experiments/{id}``'s ``config``: the experiment's as it stands (a
+        priority changed by ``det job update`` is saved there, experiment.go setPriority)."""
+        path = f"/api/v1/experiments/{urllib.parse.quote(experiment_id)}"
+        config = self._get(path).get("config")
+        return config if isinstance(config, dict) else {}
+
     def raw_allocation(self, after: str, before: str) -> list[dict[str, Any]]:
         """``GET /api/v1/resources/allocation/raw``: trial spans and agents' stays."""
         query = {"timestamp_after": after, "timestamp_before": before}

@@ -9,16 +9,26 @@ What it reads, all through the master's REST API, as any user may (no cloud cred
 - each task (``GET /api/v1/tasks/{taskId}``): its ``startTime`` is when it was
   submitted, the job's arrival. An allocation's id is its task's id, a dot and its
   number (``trial.go``, ``command.go``, ``checkpoint_gc.go``: ``"%s.%d"``);
+- each experiment of a trial (``GET /api/v1/experiments/{id}``), once: its config's
+  ``resources.priority`` and ``resources.is_single_node``. A trial's task id starts with
+  its experiment's id (experiment.go trialTaskID, ``"%d.%s"``). Commands, notebooks,
+  shells and TensorBoards have no such record once they exit: the master keeps their
+  configs only while they run (command_service.go unregisterCommand);
 - the raw resource allocation (``GET /api/v1/resources/allocation/raw``): each agent's
   stay with its slots, for the GPU-hours the master's agents were up, their pool from
   ``GET /api/v1/agents`` (only the agents still connected list one).
 
+How far back: as far as the master's database goes. Determined deletes none of these
+records (its ``retention_policy`` covers task logs only); deleting an experiment removes
+its config, so its trials fall back to the defaults below.
+
 What the trace approximates, as its summary says: a task's allocations are one job, their
 run times summed (a restarted trial's gaps dropped) at its first allocation's slots;
-the priority is not in these records (left empty: Determined's default); where a task
-cannot be read, its arrival is its start and the replay's waits are a lower bound; an
-allocation still running at ``--until`` is cut there, one that began before ``--since``
-counts from ``--since``.
+a command's, notebook's, shell's or TensorBoard's priority is left empty (Determined's
+default), as is a trial's whose experiment cannot be read; where a task cannot be read,
+its arrival is its start and the replay's waits are a lower bound; an allocation still
+running at ``--until`` is cut there, one that began before ``--since`` counts from
+``--since``.
 """
 
 from __future__ import annotations
@@ -29,7 +39,8 @@ import io
 import re
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -56,6 +67,11 @@ TRACE_COLUMNS = (
 SINGLE_AGENT_TYPES = frozenset({"COMMAND", "NOTEBOOK", "SHELL", "TENSORBOARD", "CHECKPOINT_GC"})
 # The CSV's query times: core.go parses them with this layout, whole seconds in UTC.
 _QUERY_TIME = "%Y-%m-%dT%H:%M:%SZ"
+# Determined's bounds on a priority (experiment_config.go ValidatePrioritySetting).
+_PRIORITIES = range(1, 100)
+# Reads of tasks and experiments in flight at once: one call each, so a month of a busy
+# master is minutes one by one; a handful at once is what a user's client may ask.
+READERS = 8
 _DAYS = re.compile(r"(\d+(?:\.\d*)?)d")
 
 
@@ -179,10 +195,18 @@ class TracedJob:
     run_seconds: float = 0.0
     allocations: int = 0
     arrival: datetime | None = None  # when it was submitted, if the master says
+    priority: int | None = None  # a trial's, from its experiment's config
+    single_node: bool = False  # a trial's resources.is_single_node
 
     @property
     def single_agent(self) -> bool:
-        return self.task_type in SINGLE_AGENT_TYPES
+        return self.task_type in SINGLE_AGENT_TYPES or self.single_node
+
+    @property
+    def experiment_id(self) -> str | None:
+        """A trial's experiment: its task id's first part (experiment.go trialTaskID)."""
+        head = self.task_id.split(".", 1)[0]
+        return head if self.task_type == "TRIAL" and head.isdigit() else None
 
 
 @dataclass
@@ -196,6 +220,8 @@ class Traced:
     began_before: int = 0
     never_started: int = 0
     without_arrival: list[str] = field(default_factory=list)
+    configured_trials: int = 0  # trials whose experiment's config was read
+    unread_experiments: dict[str, int] = field(default_factory=dict)  # id: its trials
     agents_up: dict[str, float] = field(default_factory=dict)  # pool: GPU-seconds
     unattributed_agents: dict[str, float] = field(default_factory=dict)  # agent: GPU-s
     agents_unread: str = ""  # why the agents' stays could not be read, if so
@@ -206,6 +232,14 @@ class Traced:
 
     def csv_text(self) -> str:
         out = io.StringIO()
+        out.write(
+            f"# dynagent trace: the master's records from {_query_time(self.since)} to "
+            f"{_query_time(self.until)}; dynagent simulate reads the records below\n"
+        )
+        preamble = csv.writer(out, lineterminator="\n")
+        for record in self.as_it_ran():
+            out.write("# ")
+            preamble.writerow(record)
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(TRACE_COLUMNS)
         for job in sorted(self.jobs, key=lambda j: (self.arrival_s(j), j.task_id)):
@@ -214,7 +248,7 @@ class Traced:
                     _seconds(self.arrival_s(job)),
                     _seconds(job.run_seconds),
                     job.gpus,
-                    "",  # not in these records: Determined's default priority
+                    "" if job.priority is None else job.priority,  # empty: the default
                     "true" if job.single_agent else "false",
                     job.pool,
                     job.task_type,
@@ -222,6 +256,13 @@ class Traced:
                 ]
             )
         return out.getvalue()
+
+    def as_it_ran(self) -> list[list[str]]:
+        """The preamble's records (simulate/trace.py): the period, each pool's agents' up."""
+        records = [["period_s", _seconds((self.until - self.since).total_seconds())]]
+        for pool, gpu_seconds in sorted(self.agents_up.items()):
+            records.append(["agents_up_gpu_hours", pool, f"{gpu_seconds / 3600:.3f}"])
+        return records
 
     def summary(self) -> list[str]:
         length = self.until - self.since
@@ -249,14 +290,24 @@ class Traced:
         if self.agents_unread:
             lines.append(f"  the agents' up time could not be read: {self.agents_unread}")
         lines.append("approximated:")
-        lines.append("  priority: not in the master's records; left empty (Determined's default)")
+        lines.append(
+            f"  priority and single_agent: {self.configured_trials} trials' from their "
+            "experiments' configs"
+        )
+        lines.append(
+            "  commands, notebooks, shells, TensorBoards: Determined's default priority "
+            "(the master keeps their configs only while they run)"
+        )
+        if self.unread_experiments:
+            names = ", ".join(sorted(self.unread_experiments, key=int))
+            trials = sum(self.unread_experiments.values())
+            lines.append(
+                f"  {len(self.unread_experiments)} experiments could not be read (deleted?: "
+                f"{names}): their {trials} trials at the default priority, free to span agents"
+            )
         lines.append(
             "  a task of several allocations is one job: their run times summed, its first "
             "allocation's slots"
-        )
-        lines.append(
-            "  single_agent: by task type (trials may span agents; is_single_node is not in "
-            "these records)"
         )
         if self.without_arrival:
             lines.append(
@@ -292,9 +343,9 @@ def read_trace(master: MasterClient, since: datetime, until: datetime) -> Traced
     jobs: dict[str, TracedJob] = {}
     for row in rows:
         _add_allocation(traced, jobs, row)
-    for job in jobs.values():
-        _read_task(master, traced, job)
     traced.jobs = list(jobs.values())
+    _read_tasks(master, traced)
+    _read_experiments(master, traced)
     _read_agents(master, traced)
     return traced
 
@@ -328,19 +379,58 @@ def _add_allocation(traced: Traced, jobs: dict[str, TracedJob], row: Mapping[str
     job.allocations += 1
 
 
-def _read_task(master: MasterClient, traced: Traced, job: TracedJob) -> None:
-    try:
-        task = master.task(job.task_id)
-    except MasterUnavailable:
-        traced.without_arrival.append(job.task_id)
-        return
-    submitted = _csv_time(str(task.get("startTime") or ""))
-    if submitted is None:
-        traced.without_arrival.append(job.task_id)
-    else:
-        job.arrival = min(submitted, job.first_start)
-    if not job.task_type:  # the CSV names the type only of a task within the period
-        job.task_type = str(task.get("taskType") or "").removeprefix("TASK_TYPE_")
+def _read_tasks(master: MasterClient, traced: Traced) -> None:
+    """Each job's arrival (its task's submission) and, where the CSV lacks it, its type."""
+
+    def read(job: TracedJob) -> dict[str, Any] | None:
+        try:
+            return master.task(job.task_id)
+        except MasterUnavailable:
+            return None
+
+    for job, task in zip(traced.jobs, _read_each(traced.jobs, read), strict=True):
+        submitted = _csv_time(str(task.get("startTime") or "")) if task else None
+        if submitted is None:
+            traced.without_arrival.append(job.task_id)
+        else:
+            job.arrival = min(submitted, job.first_start)
+        if task and not job.task_type:  # the CSV names the type only within the period
+            job.task_type = str(task.get("taskType") or "").removeprefix("TASK_TYPE_")
+
+
+def _read_experiments(master: MasterClient, traced: Traced) -> None:
+    """Each trial's priority and is_single_node, from its experiment's config, read once."""
+    trials: dict[str, list[TracedJob]] = defaultdict(list)
+    for job in traced.jobs:
+        if job.experiment_id is not None:
+            trials[job.experiment_id].append(job)
+
+    def read(experiment_id: str) -> dict[str, Any] | None:
+        try:
+            return master.experiment_config(experiment_id)
+        except MasterUnavailable:
+            return None
+
+    for experiment_id, config in zip(trials, _read_each(list(trials), read), strict=True):
+        if config is None:
+            traced.unread_experiments[experiment_id] = len(trials[experiment_id])
+            continue
+        resources = config.get("resources")
+        resources = resources if isinstance(resources, dict) else {}
+        priority = resources.get("priority")
+        for job in trials[experiment_id]:
+            if isinstance(priority, int) and priority in _PRIORITIES:
+                job.priority = priority
+            job.single_node = resources.get("is_single_node") is True
+        traced.configured_trials += len(trials[experiment_id])
+
+
+def _read_each(items: list[Any], read: Callable[[Any], Any]) -> list[Any]:
+    """``read`` of each item, in order, READERS at a time: each call waits on the master."""
+    if len(items) <= 1:
+        return [read(item) for item in items]
+    with ThreadPoolExecutor(max_workers=READERS) as pool:
+        return list(pool.map(read, items))
 
 
 def _read_agents(master: MasterClient, traced: Traced) -> None:

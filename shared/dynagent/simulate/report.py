@@ -120,8 +120,27 @@ def table(replay: Replay) -> str:
     lines.append(" " * width + "".join(f"{c.name:>14}" for c in columns))
     for label, show in rows:
         lines.append(f"{label:<{width}}" + "".join(f"{show(c):>14}" for c in columns))
-    lines += ["", *launched_types(replay), *footnotes(replay)]
+    lines += ["", *launched_types(replay), *as_it_ran(replay), *footnotes(replay)]
     return "\n".join(lines)
+
+
+def as_it_ran(replay: Replay) -> list[str]:
+    """The GPU-hours the master's own agents of the replayed pool were up in the period,
+    beside what each policy bills for the same work, where the trace says (dynagent trace)."""
+    trace = replay.trace
+    if len(trace.agents_up_gpu_hours) != 1:
+        return []
+    [(pool, up)] = trace.agents_up_gpu_hours.items()
+    period = f" in its {trace.period_s / DAY:.1f} days" if trace.period_s else ""
+    billed = ", ".join(f"{c.name} {c.gpu_hours:,.1f}" for c in replay.columns)
+    lines = [
+        f"As it ran: pool {pool}'s own agents were up {up:,.1f} GPU-hours{period} (the",
+        f"master's records). Billed GPU-hours replayed: {billed}.",
+    ]
+    if up:
+        ratios = ", ".join(f"{c.name} {c.gpu_hours / up:.3f}" for c in replay.columns)
+        lines.append(f"Replayed ÷ as it ran: {ratios}.")
+    return [*lines, ""]
 
 
 def launched_types(replay: Replay) -> list[str]:
@@ -183,6 +202,10 @@ def document(replay: Replay) -> dict[str, Any]:
         "price_per_instance_hour": replay.prices.by_type,
         "baseline": {"instance_type": replay.prices.baseline_type, "price": replay.prices.baseline},
         "unavailable": [dataclasses.asdict(outage) for outage in options.outages],
+        "as_it_ran": {
+            "period_s": trace.period_s,
+            "agents_up_gpu_hours": dict(trace.agents_up_gpu_hours),
+        },
         "columns": {column.name: _column(column) for column in replay.columns},
         "wall_seconds": round(replay.wall_seconds, 2),
     }

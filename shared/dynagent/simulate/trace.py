@@ -14,14 +14,21 @@ Two CSV forms are read, told apart by their header:
 
 Times are whole seconds from the start of the trace, as the ITP traces give them. A
 job of 0 GPUs is a zero-slot task (a command, a checkpoint GC): it uses no slot.
+
+Lines before the header that start with ``#`` are the trace's preamble: free text, and
+CSV records that ``dynagent trace`` writes of the period as it ran: ``# period_s,N``
+(the period's length) and ``# agents_up_gpu_hours,POOL,H`` (the GPU-hours the master's
+own agents of that pool were up in it), which ``dynagent simulate`` sets beside its
+figures.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # The columns of each accepted form, in file order: id (if any), arrival, duration, GPUs.
@@ -77,6 +84,10 @@ class Trace:
 
     name: str
     jobs: tuple[Job, ...]
+    # The period as it ran, where the trace's preamble says (dynagent trace): its length,
+    # and the GPU-hours the master's own agents were up, by pool.
+    period_s: float | None = None
+    agents_up_gpu_hours: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def busy_gpu_seconds(self) -> int:
@@ -92,7 +103,9 @@ class Trace:
         """The jobs of one pool; a trace that names no pools is all one pool's."""
         if not self.pools:
             return self
-        return Trace(self.name, tuple(job for job in self.jobs if job.pool == pool))
+        up = {pool: self.agents_up_gpu_hours[pool]} if pool in self.agents_up_gpu_hours else {}
+        jobs = tuple(job for job in self.jobs if job.pool == pool)
+        return Trace(self.name, jobs, self.period_s, up)
 
     @property
     def start(self) -> int:
@@ -109,12 +122,20 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     source = os.fspath(path)
     try:
         with open(source, newline="") as handle:
-            reader = csv.DictReader(handle)
+            preamble = []
+            line = handle.readline()
+            while line.startswith("#"):
+                preamble.append(line)
+                line = handle.readline()
+            reader = csv.DictReader([line, *handle])
             rows = list(reader)
             header = frozenset(name.strip() for name in reader.fieldnames or ())
     except OSError as error:
         raise TraceError(f"cannot read trace {source!r}: {error.strerror}") from None
-    return trace_from_rows(Path(source).stem, rows, header, source)
+    except UnicodeDecodeError as error:
+        raise TraceError(f"{source}: not a text CSV (byte {error.start}): {error.reason}") from None
+    trace = trace_from_rows(Path(source).stem, rows, header, source, len(preamble) + 2)
+    return _as_it_ran(trace, preamble, source)
 
 
 def trace_from_rows(
@@ -122,6 +143,7 @@ def trace_from_rows(
     rows: Iterable[Mapping[str, str]],
     header: frozenset[str] | None = None,
     source: str = "<trace>",
+    first_line: int = 2,
 ) -> Trace:
     rows = list(rows)
     if header is None:
@@ -132,7 +154,10 @@ def trace_from_rows(
         raise TraceError(f"{source}: unknown columns {sorted(header)}; expected {expected}")
     if not rows:
         raise TraceError(f"{source}: no jobs")
-    jobs = [_job(row, line, form, source) for line, row in enumerate(rows, start=2)]
+    jobs = [
+        _job(row, line, line - first_line + 1, form, source)
+        for line, row in enumerate(rows, start=first_line)
+    ]
     # A stable sort keeps the file's order among jobs that arrive together.
     jobs.sort(key=lambda job: job.arrival)
     return Trace(name, tuple(jobs))
@@ -150,12 +175,12 @@ def _describe(form: tuple[str, ...]) -> str:
     return ",".join(form) + "".join(f"[,{column}]" for column in OPTIONAL_COLUMNS.get(form, ()))
 
 
-def _job(row: Mapping[str, str], line: int, form: tuple[str, ...], source: str) -> Job:
+def _job(row: Mapping[str, str], line: int, number: int, form: tuple[str, ...], source: str) -> Job:
     *id_column, arrival, duration, gpus = form
     values = {key.strip(): (value or "").strip() for key, value in row.items() if key}
     try:
         job = Job(
-            id=values[id_column[0]] if id_column else values.get("task_id") or f"job-{line - 1}",
+            id=values[id_column[0]] if id_column else values.get("task_id") or f"job-{number}",
             arrival=_seconds(values[arrival]),
             duration=_seconds(values[duration]),
             gpus=int(values[gpus]),
@@ -176,6 +201,24 @@ def _job(row: Mapping[str, str], line: int, form: tuple[str, ...], source: str) 
             f"{MIN_PRIORITY}..{MAX_PRIORITY}"
         )
     return job
+
+
+def _as_it_ran(trace: Trace, preamble: list[str], source: str) -> Trace:
+    """The trace with its preamble's records of the period as it ran (others are text)."""
+    period_s, up = None, {}
+    for line, text in enumerate(preamble, start=1):
+        record = next(csv.reader(io.StringIO(text[1:].strip())), [])
+        key = record[0].strip() if record else ""
+        try:
+            if key == "period_s" and len(record) == 2:
+                period_s = float(record[1])
+            elif key == "agents_up_gpu_hours" and len(record) == 3:
+                up[record[1]] = float(record[2])
+        except ValueError:
+            raise TraceError(
+                f"{source}: line {line}: {key} is not a number: {text.strip()}"
+            ) from None
+    return Trace(trace.name, trace.jobs, period_s, up)
 
 
 def _boolean(text: str) -> bool:

@@ -135,10 +135,12 @@ def create_experiment(
     pool, _, warnings = admit_experiment(state, config)
     experiment_id = next(state.experiments)
     resources = config.get("resources") or {}
-    priority = _resource_int(resources, "priority", DEFAULT_PRIORITY)
+    _resource_int(resources, "priority", DEFAULT_PRIORITY)  # refused here if not a number
     name = config.get("name") or f"Experiment ({_petname(state)})"
     config = {**config, "name": name}
-    config["resources"] = {**resources, "resource_pool": pool, "priority": priority}
+    # Saved with defaults filled: a priority not given stays null (expconf resources.json
+    # "default": null); the scheduler reads it as its default_priority.
+    config["resources"] = {"priority": None, **resources, "resource_pool": pool}
     experiment = Experiment(
         id=experiment_id,
         name=str(name),
@@ -169,7 +171,7 @@ def create_trial(state: MasterState, experiment: Experiment) -> Task:
         _resource_int(resources, "slots_per_trial", 1),
         experiment.pool,
         "TRIAL",
-        resources["priority"],
+        _resource_int(resources, "priority", DEFAULT_PRIORITY),
         experiment.user,
         experiment_id=experiment.id,
         job_id=experiment.job_id,
