@@ -19,6 +19,7 @@ import cold_start
 import handler_cpu
 import machine
 import simulator
+import trace_read
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = (
@@ -27,6 +28,11 @@ BENCHMARKS = (
     ("cold_start", "cold start: function module imports", cold_start.run),
     ("simulator", "simulator: every shared trace", simulator.run),
     ("cap", "a pool at its cap: cluster05 on g5 1/4/8, max_instances 10", cap.run),
+    (
+        "trace_read",
+        "dynagent trace: a busy master's tasks, one at a time and at once",
+        trace_read.run,
+    ),
 )
 
 

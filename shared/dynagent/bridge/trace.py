@@ -331,8 +331,11 @@ def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
 
 
-def read_trace(master: MasterClient, since: datetime, until: datetime) -> Traced:
-    """The period's jobs from the master's records; MasterUnavailable if they cannot be read."""
+def read_trace(
+    master: MasterClient, since: datetime, until: datetime, readers: int = READERS
+) -> Traced:
+    """The period's jobs from the master's records; MasterUnavailable if they cannot be
+    read. ``readers``: how many reads of tasks and experiments are in flight at once."""
     # The CSV's times are whole seconds: widen the query to take in the whole period.
     after = since.replace(microsecond=0)
     before = until + timedelta(seconds=1) if until.microsecond else until
@@ -344,8 +347,8 @@ def read_trace(master: MasterClient, since: datetime, until: datetime) -> Traced
     for row in rows:
         _add_allocation(traced, jobs, row)
     traced.jobs = list(jobs.values())
-    _read_tasks(master, traced)
-    _read_experiments(master, traced)
+    _read_tasks(master, traced, readers)
+    _read_experiments(master, traced, readers)
     _read_agents(master, traced)
     return traced
 
@@ -379,7 +382,7 @@ def _add_allocation(traced: Traced, jobs: dict[str, TracedJob], row: Mapping[str
     job.allocations += 1
 
 
-def _read_tasks(master: MasterClient, traced: Traced) -> None:
+def _read_tasks(master: MasterClient, traced: Traced, readers: int) -> None:
     """Each job's arrival (its task's submission) and, where the CSV lacks it, its type."""
 
     def read(job: TracedJob) -> dict[str, Any] | None:
@@ -388,7 +391,7 @@ def _read_tasks(master: MasterClient, traced: Traced) -> None:
         except MasterUnavailable:
             return None
 
-    for job, task in zip(traced.jobs, _read_each(traced.jobs, read), strict=True):
+    for job, task in zip(traced.jobs, _read_each(traced.jobs, read, readers), strict=True):
         submitted = _csv_time(str(task.get("startTime") or "")) if task else None
         if submitted is None:
             traced.without_arrival.append(job.task_id)
@@ -398,7 +401,7 @@ def _read_tasks(master: MasterClient, traced: Traced) -> None:
             job.task_type = str(task.get("taskType") or "").removeprefix("TASK_TYPE_")
 
 
-def _read_experiments(master: MasterClient, traced: Traced) -> None:
+def _read_experiments(master: MasterClient, traced: Traced, readers: int) -> None:
     """Each trial's priority and is_single_node, from its experiment's config, read once."""
     trials: dict[str, list[TracedJob]] = defaultdict(list)
     for job in traced.jobs:
@@ -411,7 +414,7 @@ def _read_experiments(master: MasterClient, traced: Traced) -> None:
         except MasterUnavailable:
             return None
 
-    for experiment_id, config in zip(trials, _read_each(list(trials), read), strict=True):
+    for experiment_id, config in zip(trials, _read_each(list(trials), read, readers), strict=True):
         if config is None:
             traced.unread_experiments[experiment_id] = len(trials[experiment_id])
             continue
@@ -425,11 +428,11 @@ def _read_experiments(master: MasterClient, traced: Traced) -> None:
         traced.configured_trials += len(trials[experiment_id])
 
 
-def _read_each(items: list[Any], read: Callable[[Any], Any]) -> list[Any]:
-    """``read`` of each item, in order, READERS at a time: each call waits on the master."""
-    if len(items) <= 1:
+def _read_each(items: list[Any], read: Callable[[Any], Any], readers: int) -> list[Any]:
+    """``read`` of each item, in order, ``readers`` at a time: each call waits on the master."""
+    if len(items) <= 1 or readers <= 1:
         return [read(item) for item in items]
-    with ThreadPoolExecutor(max_workers=READERS) as pool:
+    with ThreadPoolExecutor(max_workers=readers) as pool:
         return list(pool.map(read, items))
 
 
