@@ -1,6 +1,6 @@
 """``dynagent trace`` against the local master: a scripted day of work on two pools (an
 experiment of two trials, another of priority 10 on one agent, a command, a notebook, a
-checkpoint GC, and a shell still running at the end) on the master's fake clock, read
+TensorBoard, a checkpoint GC, and a shell still running at the end) on the master's fake clock, read
 back as a trace, loaded by the simulator's own loader and replayed one pool at a time;
 and the records the local master cannot make (a task of two allocations, one it will not
 show, a deleted experiment), answered by hand."""
@@ -46,8 +46,8 @@ class Day(NamedTuple):
 def run_day(master: LocalDetermined) -> Day:
     """default (gpu-1, 4 slots) and aws-a100 (cloud-1, 8 slots): experiment 1 of two
     2-slot trials and a checkpoint GC in default; a 1-slot command, a 4-slot notebook and
-    experiment 2's 2-slot trial (priority 10, is_single_node) in aws-a100; each a minute
-    in the queue, ended hours later; then a 1-slot shell in
+    experiment 2's 2-slot trial (priority 10, is_single_node) and a TensorBoard in
+    aws-a100; each a minute in the queue, ended hours later; then a 1-slot shell in
     default that is still running when the day is read."""
     master.add_pool("aws-a100", "AWS", slots_per_agent=8, instance_type="p4d.24xlarge")
     master.add_agent("gpu-1", slots=4)
@@ -71,6 +71,8 @@ def run_day(master: LocalDetermined) -> Day:
     place(notebook.task_id, "aws-a100", "NOTEBOOK", 4)
     trial_3 = master.launch("TRIAL", 2, "aws-a100", priority=10, single_node=True)
     place(trial_3.task_id, "aws-a100", "TRIAL", 2)
+    tensorboard = master.launch("TENSORBOARD", None, "aws-a100")
+    place(tensorboard.task_id, "aws-a100", "TENSORBOARD", 0)
     gc = master.submit("Checkpoint GC", 0, "default", type="CHECKPOINT_GC")
     place(gc.task_id, "default", "CHECKPOINT_GC", 0)
     ended: dict[str, datetime] = {}
@@ -80,6 +82,7 @@ def run_day(master: LocalDetermined) -> Day:
         (trial_1.task_id, 1),
         (notebook.task_id, 0.5),
         (trial_3.task_id, 0.5),
+        (tensorboard.task_id, 0.25),
         (trial_2.task_id, 2),
     ]:
         master.advance(hours * HOUR)
@@ -172,15 +175,15 @@ def test_simulate_replays_one_pool_of_the_trace(
     simulate = ["simulate", str(out), "--config", str(config), "--no-progress"]
     assert cli.main([*simulate, "--pool", "aws-a100", "--policy", "dynagent"]) == 0
     said = capsys.readouterr().out
-    assert "replaying the 3 jobs of pool aws-a100; left out 4 jobs of other pools (default)" in (
+    assert "replaying the 4 jobs of pool aws-a100; left out 4 jobs of other pools (default)" in (
         said
     )
     # aws-a100's agent has gone, so its pool is not known: nothing to set beside.
     assert "As it ran" not in said
     # Without --pool, the config's one pool picks its rows the same way.
     assert cli.main([*simulate, "--policy", "dynagent"]) == 0
-    assert "replaying the 3 jobs of pool aws-a100" in capsys.readouterr().out
-    assert len([task for task in ran.values() if task.pool == "aws-a100"]) == 3
+    assert "replaying the 4 jobs of pool aws-a100" in capsys.readouterr().out
+    assert len([task for task in ran.values() if task.pool == "aws-a100"]) == 4
 
 
 def test_simulate_sets_its_figures_beside_the_agents_as_they_ran(
@@ -189,7 +192,7 @@ def test_simulate_sets_its_figures_beside_the_agents_as_they_ran(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    _, gpu_1_up, done = run_day(master)
+    ran, gpu_1_up, done = run_day(master)
     out = tmp_path / "mine.csv"
     argv = ["trace", "--master", master.url, "--since", "1d", "--until", iso(done)]
     assert cli.main([*argv, "--out", str(out)]) == 0
@@ -221,6 +224,13 @@ def test_simulate_sets_its_figures_beside_the_agents_as_they_ran(
     ratios = ", ".join(f"{name} {hours / up:.3f}" for name, hours in billed.items())
     assert f"Replayed ÷ as it ran: {ratios}." in said
     assert document["as_it_ran"]["agents_up_gpu_hours"] == {"default": round(up, 3)}
+    # The replay ran the day's tasks of the pool, with their slots, for as long.
+    script = [task for task in ran.values() if task.pool == "default"]
+    busy = sum(t.slots * (t.ended - t.started).total_seconds() for t in script) / HOUR
+    assert document["trace"]["jobs"] == len(script)
+    for name in ("dynagent", "determined"):
+        assert document["columns"][name]["busy_gpu_hours"] == pytest.approx(busy, abs=0.01)
+        assert document["columns"][name]["never_scheduled"] == 0
 
 
 class RecordsOnly(MasterClient):
