@@ -22,6 +22,7 @@ from dynagent.bridge.trace import read_trace
 from dynagent.cli import main as cli
 from dynagent.simulate.trace import load_trace
 from dynagent.testing.determined.master import DEFAULT_PASSWORD, LocalDetermined
+from tests.builders import config_document, pool_entry
 
 HOUR = 3600.0
 
@@ -110,16 +111,29 @@ def iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
+def traced_day(master: LocalDetermined, tmp_path: Path) -> tuple[Day, Path]:
+    """The scripted day, then ``dynagent trace`` of the day before its end."""
+    day = run_day(master)
+    out = tmp_path / "mine.csv"
+    argv = ["trace", "--master", master.url, "--since", "1d", "--until", iso(day.done)]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    return day, out
+
+
+def pools_file(tmp_path: Path, name: str, instance_type: str) -> Path:
+    config = tmp_path / "pools.yaml"
+    entry = pool_entry(name, instance_type=instance_type, max_instances=2)
+    config.write_text(yaml.safe_dump(config_document(entry)))
+    return config
+
+
 def test_the_trace_of_a_day_has_its_tasks_slots_and_busy_hours(
     master: LocalDetermined,
     logged_in: None,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    ran, gpu_1_up, done = run_day(master)
-    out = tmp_path / "mine.csv"
-    argv = ["trace", "--master", master.url, "--since", "1d", "--until", iso(done)]
-    assert cli.main([*argv, "--out", str(out)]) == 0
+    (ran, gpu_1_up, done), out = traced_day(master, tmp_path)
     summary = capsys.readouterr().err
 
     trace = load_trace(out)
@@ -155,22 +169,8 @@ def test_simulate_replays_one_pool_of_the_trace(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    ran, _, done = run_day(master)
-    out = tmp_path / "mine.csv"
-    argv = ["trace", "--master", master.url, "--since", "1d", "--until", iso(done)]
-    assert cli.main([*argv, "--out", str(out)]) == 0
-    config = tmp_path / "pools.yaml"
-    pool = {
-        "pool_name": "aws-a100",
-        "provider": {
-            "type": "aws",
-            "region": "us-east-1",
-            "image_id": "ami-00000000000000000",
-            "instance_type": "p4d.24xlarge",
-            "max_instances": 2,
-        },
-    }
-    config.write_text(yaml.safe_dump({"resource_pools": [pool]}))
+    (ran, _, _), out = traced_day(master, tmp_path)
+    config = pools_file(tmp_path, "aws-a100", "p4d.24xlarge")
     capsys.readouterr()
     simulate = ["simulate", str(out), "--config", str(config), "--no-progress"]
     assert cli.main([*simulate, "--pool", "aws-a100", "--policy", "dynagent"]) == 0
@@ -192,26 +192,12 @@ def test_simulate_sets_its_figures_beside_the_agents_as_they_ran(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    ran, gpu_1_up, done = run_day(master)
-    out = tmp_path / "mine.csv"
-    argv = ["trace", "--master", master.url, "--since", "1d", "--until", iso(done)]
-    assert cli.main([*argv, "--out", str(out)]) == 0
+    (ran, gpu_1_up, done), out = traced_day(master, tmp_path)
     up = (done - gpu_1_up).total_seconds() * 4 / HOUR  # gpu-1, default's agent, 4 slots
     trace = load_trace(out)
     assert trace.period_s == 86400
     assert trace.agents_up_gpu_hours == {"default": pytest.approx(up, abs=0.001)}
-    config = tmp_path / "pools.yaml"
-    pool = {
-        "pool_name": "default",
-        "provider": {
-            "type": "aws",
-            "region": "us-east-1",
-            "image_id": "ami-00000000000000000",
-            "instance_type": "g4dn.12xlarge",
-            "max_instances": 2,
-        },
-    }
-    config.write_text(yaml.safe_dump({"resource_pools": [pool]}))
+    config = pools_file(tmp_path, "default", "g4dn.12xlarge")
     capsys.readouterr()
     json_out = tmp_path / "replay.json"
     simulate = ["simulate", str(out), "--config", str(config), "--no-progress"]
