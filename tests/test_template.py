@@ -60,6 +60,9 @@ NEEDS_MANAGED_RESOURCE = {
     # An adopted spot instance gets the hop limit RequestSpotInstances cannot ask for.
     "ec2:ModifyInstanceMetadataOptions",
     "ec2:TerminateInstances",
+    # The warm pool stops idle agents and starts them for new work.
+    "ec2:StopInstances",
+    "ec2:StartInstances",
     "ec2:CancelSpotInstanceRequests",
     "ec2:DeleteTags",
 }

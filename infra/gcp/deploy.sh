@@ -55,6 +55,8 @@ BASE_PERMISSIONS=(
   compute.instances.get           # read one VM before relabelling it
   compute.instances.create        # launch
   compute.instances.delete        # terminate
+  compute.instances.stop          # warm pools: an idle agent stopped, not deleted
+  compute.instances.start         # warm pools: a stopped agent started for new work
   compute.instances.setLabels     # launch with labels; the registered/idle marks
   compute.instances.setMetadata   # launch with the startup script
   compute.disks.create            # the boot disk made with the VM (named after it)

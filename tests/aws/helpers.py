@@ -132,3 +132,26 @@ def managed_instances(
 
 def tags_of(instance: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+def lookalike(ec2: Any, **fields: Any) -> str:
+    """An instance of the pool's name and pool tag without the managed pair (someone
+    else's), stopped: what no pass may ever touch. Its id."""
+    (instance,) = ec2.run_instances(
+        ImageId=image_id(ec2),
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    {"Key": "Name", "Value": "determined-ai-agent"},
+                    {"Key": "dynagent:pool", "Value": "a100"},
+                    {"Key": "managed-by", "Value": "not-us"},
+                ],
+            }
+        ],
+        **fields,
+    )["Instances"]
+    ec2.stop_instances(InstanceIds=[instance["InstanceId"]])
+    return str(instance["InstanceId"])

@@ -14,7 +14,16 @@ from dynagent.core.plan import Adoption, Cancellation, Launch, MarkWrite, Plan, 
 from dynagent.run.provider import LaunchNotVisible
 from dynagent.run.reconcile import reconcile
 
-from .helpers import config, image_id, managed_instances, now, pool_document, snapshot, tags_of
+from .helpers import (
+    config,
+    image_id,
+    lookalike,
+    managed_instances,
+    now,
+    pool_document,
+    snapshot,
+    tags_of,
+)
 
 
 def provider_for(ec2: Any, **fields: Any) -> Ec2Provider:
@@ -214,32 +223,14 @@ def test_gives_up_waiting_with_an_error_worth_retrying(aws: Any, ec2: Any) -> No
 
 
 def test_reconcile_never_touches_an_instance_without_the_managed_pair(ec2: Any) -> None:
-    image = image_id(ec2)
     # Same name and pool tag, no managed pair: must survive anything the plan does.
-    (lookalike,) = ec2.run_instances(
-        ImageId=image,
-        MinCount=1,
-        MaxCount=1,
-        TagSpecifications=[
-            {
-                "ResourceType": "instance",
-                "Tags": [
-                    {"Key": "Name", "Value": "determined-ai-agent"},
-                    {"Key": "dynagent:pool", "Value": "a100"},
-                    {"Key": "managed-by", "Value": "not-us"},
-                ],
-            }
-        ],
-    )["Instances"]
-    ec2.stop_instances(InstanceIds=[lookalike["InstanceId"]])
-    cfg = config(pool_document(image, max_instances=0))
+    other = lookalike(ec2)
+    cfg = config(pool_document(image_id(ec2), max_instances=0))
     pool = cfg.pool("a100")
     provider = Ec2Provider(pool, ec2, cfg.settings)
-    outcome = reconcile(
-        pool, provider, snapshot(1, agents=[(lookalike["InstanceId"], 8, 0)]), now()
-    )
+    outcome = reconcile(pool, provider, snapshot(1, agents=[(other, 8, 0)]), now())
     assert outcome.plan is not None and outcome.plan.changes_nothing
-    state = ec2.describe_instances(InstanceIds=[lookalike["InstanceId"]])["Reservations"][0]
+    state = ec2.describe_instances(InstanceIds=[other])["Reservations"][0]
     assert state["Instances"][0]["State"]["Name"] in ("stopping", "stopped")
     assert "dynagent:registered" not in tags_of(state["Instances"][0])
 

@@ -39,7 +39,8 @@ AGENT_ACCOUNT = f"determined-agent@{PROJECT}.iam.gserviceaccount.com"
 DEAD_LETTERS = f"projects/{PROJECT}/topics/dynagent-dead-letters"
 BASE_PERMISSIONS = {
     "compute.instances.list", "compute.instances.get", "compute.instances.create",
-    "compute.instances.delete", "compute.instances.setLabels", "compute.instances.setMetadata",
+    "compute.instances.delete", "compute.instances.stop", "compute.instances.start",
+    "compute.instances.setLabels", "compute.instances.setMetadata",
     "compute.disks.create", "compute.images.useReadOnly", "compute.subnetworks.use",
     "compute.zoneOperations.get",
 }  # fmt: skip

@@ -19,9 +19,9 @@ from dynagent.core.boot import MasterUrlError, agent_boot, machine_gpus, master_
 from dynagent.core.config import AwsProvider, Pool, Settings
 from dynagent.core.fleet import Fleet, Instance, InstanceState, RequestState, SpotRequest
 from dynagent.core.offerings import Offering, Purchase
-from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Start, Stop, Termination
 from dynagent.run.fallback import Attempt, launch_with_fallback
-from dynagent.run.provider import LaunchNotVisible, LaunchResult
+from dynagent.run.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult, StartResult
 
 from . import tags
 from .fleet_launch import (
@@ -178,11 +178,15 @@ class Ec2Provider:
                 for item in reservation["Instances"]:
                     state = tags.INSTANCE_STATES.get(item["State"]["Name"])
                     if state is not None:
+                        found = item.get("Tags", [])
                         yield Instance(
                             id=item["InstanceId"],
                             state=state,
+                            # EC2's LaunchTime is the last start's, so a machine started
+                            # from the warm pool counts its starting period from then.
                             launched_at=item["LaunchTime"],
-                            marks=tags.marks_from_tags(item.get("Tags", [])),
+                            marks=tags.marks_from_tags(found),
+                            boot_config=tags.tag_value(found, tags.BOOT_CONFIG_TAG),
                             spot_request_id=item.get("SpotInstanceRequestId"),
                             instance_type=item.get("InstanceType", ""),
                             zone=item.get("SubnetId", ""),
@@ -225,7 +229,9 @@ class Ec2Provider:
             if self.config.spot:
                 result = self._request_spot(plan, user_data)
             else:
-                result = self._run_instances(len(plan.launches), plan.launch_key, user_data)
+                result = self._run_instances(
+                    len(plan.launches), plan.launch_key, user_data, plan.boot_config
+                )
         except ClientError as error:
             code = error_code(error)
             if code == "IdempotentParameterMismatch":
@@ -240,7 +246,7 @@ class Ec2Provider:
 
     def _launch_fleet(self, plan: Plan, user_data: str) -> LaunchResult:
         """Each machine on its first offering EC2 has capacity for, via CreateFleet."""
-        call = self.fleet_launcher(user_data).call(plan.launch_key)
+        call = self.fleet_launcher(user_data).call(plan.launch_key, plan.boot_config)
 
         def remembered(offering: Offering, count: int) -> Attempt:
             attempt = call(offering, count)
@@ -276,8 +282,11 @@ class Ec2Provider:
             token=client_token,
         )
 
-    def _run_instances(self, count: int, launch_key: str, user_data: str) -> LaunchResult:
-        response = self.ec2.run_instances(**self.run_request(count, launch_key, user_data))
+    def _run_instances(
+        self, count: int, launch_key: str, user_data: str, boot_config: str
+    ) -> LaunchResult:
+        request = self.run_request(count, launch_key, user_data, boot_config=boot_config)
+        response = self.ec2.run_instances(**request)
         for item in response["Instances"]:
             self._launched[item["InstanceId"]] = Instance(
                 id=item["InstanceId"],
@@ -300,7 +309,12 @@ class Ec2Provider:
         return LaunchResult(started=tuple(r["SpotInstanceRequestId"] for r in requests))
 
     def run_request(
-        self, count: int, launch_key: str, user_data: str, offering: Offering | None = None
+        self,
+        count: int,
+        launch_key: str,
+        user_data: str,
+        offering: Offering | None = None,
+        boot_config: str = "",
     ) -> dict[str, Any]:
         """RunInstances' arguments for ``count`` machines, as a launch sends them. With an
         ``offering``, of that machine (its type, subnet and market) from the pool's
@@ -308,7 +322,9 @@ class Ec2Provider:
         request = self._launch_specification()
         if offering is not None:
             self._place(request, offering)
-        request["TagSpecifications"] = self._tag_specifications(launch_key, ["instance", "volume"])
+        request["TagSpecifications"] = self._tag_specifications(
+            launch_key, ["instance", "volume"], boot_config
+        )
         request["MetadataOptions"] = dict(METADATA_OPTIONS)
         request["InstanceInitiatedShutdownBehavior"] = "terminate"
         request["UserData"] = user_data
@@ -396,9 +412,12 @@ class Ec2Provider:
             self.root_devices[image] = images[0].get("RootDeviceName", "/dev/sda1")
         return self.root_devices[image]
 
-    def _tag_specifications(self, launch_key: str, kinds: Sequence[str]) -> list[dict[str, Any]]:
+    def _tag_specifications(
+        self, launch_key: str, kinds: Sequence[str], boot_config: str = ""
+    ) -> list[dict[str, Any]]:
         pool = self.pool.name
         launch_tag = {"Key": tags.LAUNCH_KEY_TAG, "Value": launch_key}
+        boot = tags.boot_config_tags(boot_config)
         specs = []
         for kind in kinds:
             base = (
@@ -406,7 +425,8 @@ class Ec2Provider:
                 if kind != "spot-instances-request"
                 else tags.identity_tags(self.config, pool)
             )
-            specs.append({"ResourceType": kind, "Tags": [*base, launch_tag]})
+            extra = boot if kind == "instance" else []
+            specs.append({"ResourceType": kind, "Tags": [*base, launch_tag, *extra]})
         return specs
 
     def _user_data(self, plan: Plan) -> str:
@@ -465,20 +485,54 @@ class Ec2Provider:
             yield ids[start : start + size]
 
     def terminate(self, terminations: tuple[Termination, ...]) -> None:
-        for chunk in self._chunks([t.instance_id for t in terminations]):
+        self._each_chunk(self.ec2.terminate_instances, [t.instance_id for t in terminations])
+
+    def stop(self, stops: tuple[Stop, ...]) -> None:
+        """StopInstances: the machine keeps its EBS root, with its Docker images, and its
+        tags."""
+        self._each_chunk(self.ec2.stop_instances, [s.instance_id for s in stops])
+
+    def _each_chunk(self, call: Callable[..., Any], ids: list[str]) -> None:
+        """``call`` on the ids, a chunk at a time; not found is done."""
+        for chunk in self._chunks(ids):
             try:
-                self.ec2.terminate_instances(InstanceIds=chunk)
+                call(InstanceIds=chunk)
             except ClientError as error:
                 if error_code(error) not in _NOT_FOUND:
                     raise
                 # One unknown id fails the call: retry with those that still exist.
-                by_id: list[dict[str, object]] = [
-                    *tags.managed_filters(self.config, self.pool.name),
-                    {"Name": "instance-id", "Values": chunk},
-                ]
-                existing = [i.id for i in self._instances(by_id)]
+                existing = self._existing(chunk)
                 if existing:
-                    self.ec2.terminate_instances(InstanceIds=existing)
+                    call(InstanceIds=existing)
+
+    def start(self, starts: tuple[Start, ...]) -> StartResult:
+        """StartInstances, one call a machine: EC2 refuses a call as a whole, and a
+        machine refused for capacity must not hold the others back."""
+        started: list[str] = []
+        refused: list[tuple[str, str, LaunchErrorKind]] = []
+        for start in starts:
+            try:
+                self.ec2.start_instances(InstanceIds=[start.instance_id])
+            except ClientError as error:
+                code = error_code(error)
+                kind = refusal_kind(code)
+                if kind is LaunchErrorKind.THROTTLED:
+                    raise  # the pass is retried; the others' starts are replayed harmlessly
+                # Capacity, a machine gone or not stopped yet, anything else: the pass
+                # covers its tasks with a new machine instead.
+                message = f"{code}: {error.response['Error'].get('Message', '')}"
+                refused.append((start.instance_id, message, kind))
+                continue
+            started.append(start.instance_id)
+        return StartResult(tuple(started), tuple(refused))
+
+    def _existing(self, ids: list[str]) -> list[str]:
+        """Those of ``ids`` that are still the pool's, for a retry after one was gone."""
+        by_id: list[dict[str, object]] = [
+            *tags.managed_filters(self.config, self.pool.name),
+            {"Name": "instance-id", "Values": ids},
+        ]
+        return [i.id for i in self._instances(by_id)]
 
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
         for chunk in self._chunks([c.request_id for c in cancellations]):

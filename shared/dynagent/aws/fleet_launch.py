@@ -131,14 +131,15 @@ class FleetLauncher:
         self.data = data
         self.token = token  # the fleet call's ClientToken, from the offering's key
 
-    def call(self, launch_key: str) -> Callable[[Offering, int], Attempt]:
-        """The launch call ``launch_with_fallback`` makes for one plan."""
+    def call(self, launch_key: str, boot_config: str = "") -> Callable[[Offering, int], Attempt]:
+        """The launch call ``launch_with_fallback`` makes for one plan; its machines carry
+        the plan's ``boot_config`` (``core.boot.drift``)."""
         template: tuple[str, str] | None = None
 
         def launch(offering: Offering, count: int) -> Attempt:
             nonlocal template
             template = template or self.template()
-            return self._create_fleet(template, launch_key, offering, count)
+            return self._create_fleet(template, launch_key, offering, count, boot_config)
 
         return launch
 
@@ -207,11 +208,16 @@ class FleetLauncher:
     # The fleet
 
     def _create_fleet(
-        self, template: tuple[str, str], launch_key: str, offering: Offering, count: int
+        self,
+        template: tuple[str, str],
+        launch_key: str,
+        offering: Offering,
+        count: int,
+        boot_config: str,
     ) -> Attempt:
         try:
             response = self.ec2.create_fleet(
-                **self.fleet_request(template, launch_key, offering, count)
+                **self.fleet_request(template, launch_key, offering, count, boot_config)
             )
         except ClientError as error:
             code = _code(error)
@@ -229,7 +235,12 @@ class FleetLauncher:
         return attempt
 
     def fleet_request(
-        self, template: tuple[str, str], launch_key: str, offering: Offering, count: int
+        self,
+        template: tuple[str, str],
+        launch_key: str,
+        offering: Offering,
+        count: int,
+        boot_config: str = "",
     ) -> dict[str, Any]:
         """CreateFleet's arguments for ``count`` machines of one offering, from the
         template version ``template`` (id, number)."""
@@ -263,6 +274,7 @@ class FleetLauncher:
                     "Tags": [
                         *tags.instance_tags(self.config, self.pool),
                         {"Key": tags.LAUNCH_KEY_TAG, "Value": launch_key},
+                        *tags.boot_config_tags(boot_config),
                     ],
                 },
                 {"ResourceType": "fleet", "Tags": tags.identity_tags(self.config, self.pool)},

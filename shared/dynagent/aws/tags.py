@@ -9,6 +9,9 @@ from dynagent.core.fleet import InstanceState, Mark, RequestState
 
 POOL_TAG = "dynagent:pool"
 LAUNCH_KEY_TAG = "dynagent:launch-key"
+# The boot config a machine was launched with (``core.boot.drift``): a stopped one of
+# another is deleted, never started.
+BOOT_CONFIG_TAG = "dynagent:boot-config"
 MARK_TAGS = {mark: f"dynagent:{mark.value}" for mark in Mark}
 _MARK_BY_TAG = {tag: mark for mark, tag in MARK_TAGS.items()}
 
@@ -60,6 +63,15 @@ def instance_tags(provider: AwsProvider, pool: str) -> list[dict[str, str]]:
     return tags + [
         {"Key": tag.key, "Value": tag.value} for tag in provider.custom_tags if tag.key not in ours
     ]
+
+
+def boot_config_tags(boot_config: str) -> list[dict[str, str]]:
+    """The boot config tag of a launch; none when the plan knows no config."""
+    return [{"Key": BOOT_CONFIG_TAG, "Value": boot_config}] if boot_config else []
+
+
+def tag_value(tags: list[dict[str, str]], key: str) -> str:
+    return next((tag["Value"] for tag in tags if tag["Key"] == key), "")
 
 
 def marks_from_tags(tags: list[dict[str, str]]) -> dict[Mark, datetime]:

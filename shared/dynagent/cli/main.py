@@ -194,6 +194,14 @@ def describe_config(config: Config) -> list[str]:
         if p.warm_headroom_slots:
             free = _count(p.warm_headroom_slots, "free slot")
             lines.append(f"  keeps {free} warm on its smallest shape")
+        if p.warm_pool.enabled:
+            kept = _count(p.warm_pool.max_stopped, "stopped machine")
+            lines.append(
+                f"  warm pool: idle agents are stopped, not terminated, up to {kept}, each "
+                f"kept {format_duration(p.warm_pool.max_stopped_period)} at most; new work "
+                "starts them before launching (a start skips the boot's image pull; a "
+                "stopped machine bills its disks)"
+            )
         lines += [f"  warning: {warning}" for warning in p.warnings()]
         master = master_address(p.master_url)
         if master.needs_resolving:

@@ -40,6 +40,8 @@ class Mark(enum.Enum):
     INTERRUPTED_AT = "interrupted-at"
     # The cloud recommended moving off it (EC2 rebalance recommendation): not a reclaim.
     REBALANCE_AT = "rebalance-at"
+    # A reconcile stopped it for the pool's warm pool (its agent's marks cleared then).
+    STOPPED_AT = "stopped-at"
 
     # Members are singletons, so identity hashing is exact; Enum's own hashes the name in
     # Python, and a decision looks marks up several times per instance of a large fleet.
@@ -66,6 +68,8 @@ class Instance:
     aliases: tuple[str, ...] = ()
     # The cloud stopped it to take its capacity back (a preempted Spot VM on GCP).
     preempted: bool = False
+    # The hash of the boot config it was launched with (``boot.drift``): "" if unknown.
+    boot_config: str = ""
 
     @property
     def live(self) -> bool:
@@ -87,6 +91,10 @@ class Instance:
     @property
     def interrupted_at(self) -> datetime | None:
         return self.marks.get(Mark.INTERRUPTED_AT)
+
+    @property
+    def stopped_at(self) -> datetime | None:
+        return self.marks.get(Mark.STOPPED_AT)
 
 
 @dataclass(frozen=True)

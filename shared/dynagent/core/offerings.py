@@ -100,6 +100,10 @@ class Catalog:
         shapes = (Shape(o.instance_type, o.slots, o.price) for o in first.values())
         return tuple(sorted(shapes, key=lambda s: (s.slots, s.price)))
 
+    def offers(self, instance_type: str) -> bool:
+        """The pool buys this type (whether or not the cloud has capacity for it now)."""
+        return instance_type in self._slots
+
     def slots_of(self, instance_type: str, default: int) -> int:
         return self._slots.get(instance_type, default)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from dynagent.core.fleet import Mark
@@ -14,7 +14,7 @@ from dynagent.core.offerings import Offering
 LAUNCH_CAUSES = ("demand", "zero_slot", "min_instances", "headroom", "interrupted")
 TERMINATION_CAUSES = (
     "idle", "never_registered", "disconnected", "stopped", "spot_cancelled", "over_max",
-    "interrupted", "other",
+    "interrupted", "drifted", "other",
 )  # fmt: skip
 # What the cloud said of a spot machine: a reclaim warning (EC2), a rebalance
 # recommendation (EC2), a preemption already done (GCP). metrics.INTERRUPTION_KINDS.
@@ -53,6 +53,25 @@ class Termination:
     reason: str
     # Which rule, for metrics: one of TERMINATION_CAUSES.
     cause: str = "other"
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop an idle agent's machine for the warm pool, instead of terminating it."""
+
+    instance_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start a stopped machine of the warm pool for pending tasks. ``cold`` is the launch
+    that covers the same tasks if the cloud refuses the start for capacity: carried out
+    in the same pass, on the machine's type elsewhere and larger ones."""
+
+    instance_id: str
+    reason: str
+    cold: Launch
 
 
 @dataclass(frozen=True)
@@ -112,6 +131,8 @@ class Plan:
     launch_at: datetime
     launches: tuple[Launch, ...] = ()
     terminations: tuple[Termination, ...] = ()
+    stops: tuple[Stop, ...] = ()
+    starts: tuple[Start, ...] = ()
     cancellations: tuple[Cancellation, ...] = ()
     adoptions: tuple[Adoption, ...] = ()
     marks: tuple[MarkWrite, ...] = ()
@@ -128,16 +149,43 @@ class Plan:
     # The master host's addresses by master_url alias, from the snapshot: the launches'
     # boot scripts resolve an alias in master_url with them.
     master_addresses: tuple[tuple[str, str], ...] = ()
+    # The hash of the boot config launches carry (``boot.drift``), "" when unknown: a
+    # stopped machine whose own differs is deleted, never started.
+    boot_config: str = ""
+
+    def only_launching(self, launch_key: str, launches: tuple[Launch, ...]) -> Plan:
+        """This plan's launches alone (or ``launches``), under ``launch_key``: what a
+        pass carries out after the rest of the plan is done."""
+        return replace(
+            self,
+            launch_key=launch_key,
+            launches=launches,
+            terminations=(),
+            stops=(),
+            starts=(),
+            cancellations=(),
+            adoptions=(),
+            marks=(),
+            interruptions=(),
+        )
 
     @property
     def changes_nothing(self) -> bool:
         return not (
-            self.launches or self.terminations or self.cancellations or self.adoptions or self.marks
+            self.launches
+            or self.terminations
+            or self.stops
+            or self.starts
+            or self.cancellations
+            or self.adoptions
+            or self.marks
         )
 
     def describe(self) -> list[str]:
         """One line per action, for logs and ``dynagent plan``."""
-        lines = [launch.describe() for launch in self.launches]
+        lines = [f"start {s.instance_id}: {s.reason}" for s in self.starts]
+        lines += [launch.describe() for launch in self.launches]
+        lines += [f"stop {s.instance_id}: {s.reason}" for s in self.stops]
         lines += [f"terminate {t.instance_id}: {t.reason}" for t in self.terminations]
         lines += [f"cancel spot request {c.request_id}: {c.reason}" for c in self.cancellations]
         lines += [

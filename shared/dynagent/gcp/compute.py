@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as google_errors
@@ -21,12 +21,12 @@ from google.protobuf.json_format import ParseError
 
 from dynagent.core.boot import MasterAddress, MasterUrlError, master_address
 from dynagent.core.config import Pool, Settings
-from dynagent.core.fleet import Fleet, Instance
+from dynagent.core.fleet import Fleet, Instance, Mark
 from dynagent.core.offerings import Offering, Purchase
-from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Start, Stop, Termination
 from dynagent.core.pools.gcp import GcpProvider
 from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
-from dynagent.run.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult
+from dynagent.run.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult, StartResult
 
 from . import labels as gce_labels
 from .instance_body import instance_body, instance_names, offering_names, startup_script
@@ -142,17 +142,25 @@ class GceProvider:
         self._zones[item.name] = zone
         scheduling = item.scheduling
         spot = scheduling.provisioning_model == "SPOT" or bool(scheduling.preemptible)
+        marks = gce_labels.marks_from_labels(labels)
+        # A VM stopped before and started again (the warm pool's) counts its starting
+        # period from its last start; creationTimestamp stays the first boot's.
+        restarted = item.last_stop_timestamp and item.last_start_timestamp
+        started = item.last_start_timestamp if restarted else item.creation_timestamp
         yield Instance(
             id=item.name,
             state=state,
-            launched_at=datetime.fromisoformat(item.creation_timestamp),
-            marks=gce_labels.marks_from_labels(labels),
+            launched_at=datetime.fromisoformat(started),
+            marks=marks,
+            boot_config=labels.get(gce_labels.BOOT_CONFIG_LABEL, ""),
             instance_type=item.machine_type.rsplit("/", 1)[-1],
             zone=zone,
             spot=spot,
             # Preempted, and stopped rather than deleted (a legacy preemptible VM; our Spot
             # VMs are created with termination action DELETE and just vanish).
-            preempted=spot and item.status == "TERMINATED" and bool(item.last_stop_timestamp),
+            preempted=spot
+            and item.status == "TERMINATED"
+            and _stopped_by_the_cloud(item.last_stop_timestamp, marks.get(Mark.STOPPED_AT)),
         )
 
     def _retry(self, call: Callable[..., Any], **arguments: Any) -> Any:
@@ -179,7 +187,9 @@ class GceProvider:
         if self.config.offerings is not None:
             return self._launch_offerings(plan, master)
         names = instance_names(self.config, plan.launch_key, len(plan.launches))
-        operations, existing, errors = self._insert(names, plan.launch_key, master)
+        operations, existing, errors = self._insert(
+            names, plan.launch_key, master, boot_config=plan.boot_config
+        )
         failed = self._wait(operations)
         kind = _kind(errors, failed)
         errors += [f"{name}: {problem}" for name, problem in failed.items()]
@@ -194,7 +204,9 @@ class GceProvider:
 
         def call(offering: Offering, count: int) -> Attempt:
             names = offering_names(self.config, plan.launch_key, offering.key, count)
-            operations, existing, errors = self._insert(names, plan.launch_key, master, offering)
+            operations, existing, errors = self._insert(
+                names, plan.launch_key, master, offering, plan.boot_config
+            )
             failed = self._wait(operations)
             started = tuple(n for n in names if n in operations or n in existing)
             codes = {code for problem in failed.values() for code in _codes(problem)}
@@ -216,6 +228,7 @@ class GceProvider:
         launch_key: str,
         master: MasterAddress,
         offering: Offering | None = None,
+        boot_config: str = "",
     ) -> tuple[dict[str, Any], set[str], list[str]]:
         """Send every insert before waiting on any: the VMs boot side by side.
 
@@ -233,7 +246,15 @@ class GceProvider:
         for name in names:
             try:
                 body = instance_body(
-                    self.config, self.pool.name, name, launch_key, script, machine, zone, spot
+                    self.config,
+                    self.pool.name,
+                    name,
+                    launch_key,
+                    script,
+                    machine,
+                    zone,
+                    spot,
+                    boot_config,
                 )
                 resource = compute_v1.Instance.from_json(json.dumps(body))
             except ParseError as error:  # a field base_config names that the API lacks
@@ -311,6 +332,45 @@ class GceProvider:
             with contextlib.suppress(google_errors.NotFound):  # gone already: done
                 self._retry(self.instances.delete, request=request)
 
+    def stop(self, stops: tuple[Stop, ...]) -> None:
+        """instances.stop: the VM keeps its disks (with its Docker images), labels and
+        metadata. Sent for every VM before waiting on any; gone already is done."""
+        operations = {}
+        for stop in stops:
+            name = stop.instance_id
+            request = compute_v1.StopInstanceRequest(
+                **self._where(name), instance=name, request_id=self._action_id(name, "stop")
+            )
+            with contextlib.suppress(google_errors.NotFound):
+                operations[name] = self._retry(self.instances.stop, request=request)
+        self._wait(operations)
+
+    def start(self, starts: tuple[Start, ...]) -> StartResult:
+        """instances.start for each VM, then wait on each: a zone out of the machine says
+        so only in the finished operation (ZONE_RESOURCE_POOL_EXHAUSTED)."""
+        operations: dict[str, Any] = {}
+        refused: list[tuple[str, str, LaunchErrorKind]] = []
+        for start in starts:
+            name = start.instance_id
+            request = compute_v1.StartInstanceRequest(
+                **self._where(name), instance=name, request_id=self._action_id(name, "start")
+            )
+            try:
+                operations[name] = self._retry(self.instances.start, request=request)
+            except (google_errors.NotFound, google_errors.BadRequest) as error:
+                refused.append((name, str(error.message), LaunchErrorKind.OTHER))
+        failed = self._wait(operations)
+        refused += [
+            (name, problem, refusal_kind(_codes(problem))) for name, problem in failed.items()
+        ]
+        return StartResult(tuple(operations), tuple(refused))
+
+    def _action_id(self, name: str, action: str) -> str:
+        """A stop's or start's idempotency id: the same on a retry within the minute, and
+        another for the next stop or start of the VM, which the API would take for a
+        repeat of the first and skip."""
+        return request_id(name, f"{action}@{self.clock():%Y%m%dT%H%M}")
+
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
         """Compute Engine has no spot requests: a Spot VM is an instance from the start."""
 
@@ -356,6 +416,18 @@ class GceProvider:
         where = self._where(name)
         item = self.instances.get(**where, instance=name)
         return _Seen(dict(item.labels), item.label_fingerprint)
+
+
+# How long after the warm pool stops a Spot VM its stop may still be ending: a stop
+# later than that was the cloud's, a preemption (the VM was started again meanwhile).
+_OUR_STOP = timedelta(minutes=15)
+
+
+def _stopped_by_the_cloud(last_stop: str, ours: datetime | None) -> bool:
+    """A stopped Spot VM was preempted unless the warm pool stopped it (its mark)."""
+    if not last_stop:
+        return False
+    return ours is None or datetime.fromisoformat(last_stop) - ours > _OUR_STOP
 
 
 def _kind(refused: list[str], failed: dict[str, str]) -> LaunchErrorKind:

@@ -16,7 +16,13 @@ from typing import Any
 from dynagent.core.boot import MasterAddress, agent_boot, render
 from dynagent.core.pools.gcp import GcpInstanceType, GcpProvider
 
-from .labels import LAUNCH_KEY_LABEL, identity_labels, label_safe, launch_key_label
+from .labels import (
+    BOOT_CONFIG_LABEL,
+    LAUNCH_KEY_LABEL,
+    identity_labels,
+    label_safe,
+    launch_key_label,
+)
 
 MAX_NAME = 63
 # The metadata server names the VM: on GCP the agent id is the instance name.
@@ -76,6 +82,7 @@ def instance_body(
     machine: GcpInstanceType | None = None,
     zone: str | None = None,
     spot: bool | None = None,
+    boot_config: str = "",
 ) -> dict[str, Any]:
     """The VM to insert: the pool's one machine in its zone, or an offering's, booting
     ``script`` (``startup_script``)."""
@@ -102,6 +109,7 @@ def instance_body(
         **provider.labels,
         **identity_labels(provider, pool),
         LAUNCH_KEY_LABEL: launch_key_label(launch_key),
+        **({BOOT_CONFIG_LABEL: boot_config} if boot_config else {}),
     }
     body["networkInterfaces"] = _network_interfaces(provider, body.get("networkInterfaces", []))
     if provider.network_tags:

@@ -14,6 +14,9 @@ from dynagent.core.pools.gcp import GcpProvider
 
 POOL_LABEL = "dynagent-pool"
 LAUNCH_KEY_LABEL = "dynagent-launch-key"
+# The boot config a VM was created with (``core.boot.drift``; lowercase hex, a valid
+# label value): a stopped one of another is deleted, never started.
+BOOT_CONFIG_LABEL = "dynagent-boot-config"
 MARK_LABELS = {mark: f"dynagent-{mark.value}" for mark in Mark}
 # Compute Engine's longest label value.
 MAX_LABEL_VALUE = 63
@@ -21,7 +24,8 @@ _MARK_BY_LABEL = {label: mark for mark, label in MARK_LABELS.items()}
 
 # Compute Engine instance statuses (every one the compute.v1 API lists), mapped once.
 # TERMINATED is a stopped or preempted VM: it bills for its disks and holds its name,
-# so the decision deletes it. DEPROVISIONING is a VM on its way out: not capacity.
+# so the decision deletes it, unless the pool's warm pool keeps it. DEPROVISIONING is a
+# VM on its way out: not capacity.
 INSTANCE_STATES = {
     "PENDING": InstanceState.STARTING,
     "PROVISIONING": InstanceState.STARTING,

@@ -9,7 +9,9 @@ Assumptions, as the adapters meet them:
   snapshot never starts a second set of instances.
 - Launch failures the cloud reports (capacity, quota, bad parameters) come back as data
   in ``LaunchResult``; errors worth retrying (throttling, network) are raised.
-- "Not found" on terminate or cancel counts as done.
+- "Not found" on terminate, stop or cancel counts as done.
+- A start the cloud refuses comes back as data in ``StartResult``: the pass then launches
+  the start's cold cover instead.
 - Only instances and requests carrying the pool's managed tag or label pair are ever
   observed or touched.
 """
@@ -22,7 +24,7 @@ from typing import Protocol
 
 from dynagent.core.fleet import Fleet
 from dynagent.core.offerings import Offering
-from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Start, Stop, Termination
 
 
 class LaunchErrorKind(enum.Enum):
@@ -63,6 +65,15 @@ class LaunchResult:
     placements: tuple[tuple[str, Offering], ...] = ()
 
 
+@dataclass(frozen=True)
+class StartResult:
+    """What starting stopped machines did."""
+
+    started: tuple[str, ...] = ()
+    # The starts the cloud refused: (instance id, the cloud's words, what they come to).
+    refused: tuple[tuple[str, str, LaunchErrorKind], ...] = ()
+
+
 class Provider(Protocol):
     """Observe and change one pool's fleet in one cloud."""
 
@@ -76,6 +87,14 @@ class Provider(Protocol):
         ...
 
     def terminate(self, terminations: tuple[Termination, ...]) -> None: ...
+
+    def stop(self, stops: tuple[Stop, ...]) -> None:
+        """Stop machines for the warm pool; their disks and tags or labels stay."""
+        ...
+
+    def start(self, starts: tuple[Start, ...]) -> StartResult:
+        """Start stopped machines, each on its own, so one refused leaves the others."""
+        ...
 
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None: ...
 

@@ -19,8 +19,8 @@ from dynagent.core.fleet import Fleet
 from dynagent.core.plan import Launch, Plan
 from dynagent.core.snapshot import InvalidSnapshot, Snapshot
 from dynagent.run.launch_errors import LaunchErrorMemory
-from dynagent.run.provider import LaunchResult, Provider
-from dynagent.run.repack import Decision, Repack, found_no_capacity, repack
+from dynagent.run.provider import LaunchResult, Provider, StartResult
+from dynagent.run.repack import Decision, Repack, combined, found_no_capacity, repack
 
 ProviderFactory = Callable[[Pool], Provider]
 # Seconds from an arbitrary start, for a pass's duration: time.monotonic, or a test's.
@@ -57,6 +57,9 @@ class Outcome:
     launches_paused_until: datetime | None = None
     # The rounds that re-packed tasks no offering had capacity for (``dynagent.run.repack``).
     repacks: tuple[Repack, ...] = ()
+    # What starting the warm pool's stopped machines did (their cold launches are in
+    # ``launch``).
+    start: StartResult | None = None
 
     @property
     def launches(self) -> tuple[Launch, ...]:
@@ -90,6 +93,12 @@ class Outcome:
                 summary["launch_replayed"] = True
         if self.repacks:
             summary["repacked"] = [r.report() for r in self.repacks]
+        if self.start is not None:
+            summary["started"] = list(self.start.started)
+            if self.start.refused:
+                summary["start_refused"] = [
+                    {"instance": i, "error": error} for i, error, _ in self.start.refused
+                ]
         return summary
 
 
@@ -134,7 +143,7 @@ def act(
     paused_until = None
     if launch_errors is not None:
         plan, paused_until = launch_errors.hold(pool, plan, now)
-    launch = apply(plan, provider)
+    launch, start = apply(plan, provider)
     repacks: tuple[Repack, ...] = ()
     if launch is not None and found_no_capacity(launch):
         launch, repacks = repack(provider, fleet, now, decision, plan, launch)
@@ -147,11 +156,13 @@ def act(
         fleet=fleet,
         launches_paused_until=paused_until,
         repacks=repacks,
+        start=start,
     )
 
 
-def apply(plan: Plan, provider: Provider) -> LaunchResult | None:
-    """Carry a plan out, in the order that keeps each step allowed and safe."""
+def apply(plan: Plan, provider: Provider) -> tuple[LaunchResult | None, StartResult | None]:
+    """Carry a plan out, in the order that keeps each step allowed and safe: what the
+    launches and the starts did."""
     # Cancel first, so a request does not turn into an instance we then must reap.
     if plan.cancellations:
         provider.cancel(plan.cancellations)
@@ -162,9 +173,31 @@ def apply(plan: Plan, provider: Provider) -> LaunchResult | None:
         provider.write_marks(plan.marks)
     if plan.terminations:
         provider.terminate(plan.terminations)
-    if plan.launches:
-        return provider.launch(plan)
-    return None
+    # Marks first: a stopped machine's agent marks are cleared and its stop recorded.
+    if plan.stops:
+        provider.stop(plan.stops)
+    start = provider.start(plan.starts) if plan.starts else None
+    launch = provider.launch(plan) if plan.launches else None
+    if start is not None and start.refused:
+        launch = _launch_cold(plan, provider, start, launch)
+    return launch, start
+
+
+def _launch_cold(
+    plan: Plan, provider: Provider, start: StartResult, launch: LaunchResult | None
+) -> LaunchResult:
+    """New machines for the tasks of the starts the cloud refused, in the same pass: each
+    its start's cold launch, on its type elsewhere and larger types (the refused
+    machine's own offering left out), under a launch key of its own so a replay that
+    meets the same refusal launches nothing twice."""
+    by_id = {s.instance_id: s for s in plan.starts}
+    for instance_id, _, _ in start.refused:
+        key = f"{plan.launch_key}:cold:{instance_id}"
+        cover = plan.only_launching(key, (by_id[instance_id].cold,))
+        result = provider.launch(cover)
+        launch = result if launch is None else combined(launch, result)
+    assert launch is not None
+    return launch
 
 
 def apply_snapshot(

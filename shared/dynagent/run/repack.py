@@ -92,15 +92,7 @@ def repack(
         key = again.launch_key
         if key == plan.launch_key:
             key = repack_key(plan.launch_key, len(rounds) + 1)
-        only_launches = replace(
-            again,
-            launch_key=key,
-            terminations=(),
-            cancellations=(),
-            adoptions=(),
-            marks=(),
-            interruptions=(),
-        )
+        only_launches = again.only_launching(key, again.launches)
         last = provider.launch(only_launches)
         rounds.append(Repack(refused, only_launches, last))
         total = combined(total, last)

@@ -31,9 +31,9 @@ from datetime import datetime
 
 from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark
 from dynagent.core.offerings import Offering, Purchase
-from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Termination
+from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Start, Stop, Termination
 from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
-from dynagent.run.provider import LaunchResult
+from dynagent.run.provider import LaunchResult, StartResult
 from dynagent.simulate.boot import BootSampler
 from dynagent.simulate.capacity import Outage, covered
 from dynagent.simulate.clock import Events, Kind, at, seconds_at
@@ -195,6 +195,13 @@ class SimCloud:
         self._instances = None
         return True
 
+    def stop(self, stops: tuple[Stop, ...]) -> None:
+        """No warm pool in the simulated cloud yet: ``dynagent simulate`` refuses one."""
+        raise NotImplementedError("the simulator has no warm pool yet")
+
+    def start(self, starts: tuple[Start, ...]) -> StartResult:
+        raise NotImplementedError("the simulator has no warm pool yet")
+
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
         """No spot requests in the simulated cloud: nothing to cancel."""
 
@@ -219,7 +226,7 @@ class SimCloud:
 
     # What the run and the baseline need besides
 
-    def start(self, count: int, offering: Offering | None = None) -> tuple[str, ...]:
+    def launch_now(self, count: int, offering: Offering | None = None) -> tuple[str, ...]:
         """Launch ``count`` instances now; their boot events go on the run's clock."""
         now = self.clock()
         offering = offering or self.default
@@ -273,7 +280,7 @@ class SimCloud:
         if covered(self.outages, offering, self.clock()):
             self.refusals += 1
             return Attempt(out_of_capacity=True)
-        return Attempt(started=self.start(count, offering))
+        return Attempt(started=self.launch_now(count, offering))
 
     def _price(self, instance: SimInstance) -> float:
         return instance.offering.price if self.price is None else self.price

@@ -148,6 +148,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         else parse_config(DEFAULT_POOL_YAML, environ=os.environ)
     )
     pool = _pool(config, args.pool)
+    if pool.provider.warm_pool.enabled or (args.sweep and args.sweep.startswith("warm_pool.")):
+        raise ValueError(
+            f"pool {pool.name!r}: provider.warm_pool: the simulator does not replay a warm "
+            "pool yet; set warm_pool.max_stopped to 0 (or leave warm_pool out) to simulate "
+            "the pool without one"
+        )
     trace = pool_jobs(load_trace(args.trace), pool.name, args.pool is not None, out)
     common = {
         "policies": tuple(args.policy or POLICIES),

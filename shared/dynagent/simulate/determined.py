@@ -148,7 +148,7 @@ class DeterminedPolicy:
         wanted = self._desired_new_instances() - recently_launched
         launch = max(0, max(self.min - count, min(wanted, self.max - count)))
         if launch:
-            self.cloud.start(launch)
+            self.cloud.launch_now(launch)
         return bool(terminate or launch)
 
     def _classify(

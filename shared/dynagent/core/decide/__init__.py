@@ -6,7 +6,8 @@ says why.
 
 ``decide`` applies the rules in order, each in a module of its own: ``spot_requests``,
 the fleet ``walk`` (with the ``removals`` it makes), ``idle`` reaping, ``trim`` to the
-caps, ``launches`` (with ``zero_slot`` work and warm ``headroom``) and ``marks``.
+caps, ``launches`` (with ``zero_slot`` work and warm ``headroom``) and ``marks``. The
+``warm_pool`` of stopped machines takes part in the walk, the reaping and the launches.
 ``context`` holds one decision's inputs and what the rules share.
 """
 
@@ -18,14 +19,14 @@ from dynagent.core.config import Pool, Settings
 from dynagent.core.decide.context import Context
 from dynagent.core.decide.idle import agents_counted_on, reap_idle
 from dynagent.core.decide.launches import launch_key, master_unknown, plan_launches
-from dynagent.core.decide.marks import mark_writes, still_wanted
+from dynagent.core.decide.marks import mark_writes, still_wanted, stop_marks
 from dynagent.core.decide.removals import INTERRUPTION_GRACE
 from dynagent.core.decide.spot_requests import review_spot_requests
 from dynagent.core.decide.trim import trim_to_max
 from dynagent.core.decide.walk import walk_fleet
 from dynagent.core.fleet import Fleet
 from dynagent.core.packing import AT_CAP
-from dynagent.core.plan import Cancellation, Plan
+from dynagent.core.plan import Cancellation, Plan, Stop, Termination
 from dynagent.core.snapshot import Snapshot
 
 __all__ = ["INTERRUPTION_GRACE", "decide"]
@@ -45,27 +46,36 @@ def decide(
     counted_on = agents_counted_on(ctx, survey)
     reap_idle(ctx, survey.idle, survey.room, counted_on)
     trim_to_max(ctx)
-    launches, demand = plan_launches(ctx, survey.room)
+    launches, starts, demand = plan_launches(ctx, survey.room)
     addresses = (snapshot.master_addresses if snapshot else None) or {}
     held = master_unknown(pool, addresses) if launches else None
     waiting = [f"{task.task} ({task.slots} slots): {why}" for task, why in demand.waiting]
     if held:
         waiting.append(f"{len(launches)} launches held: {held}")
         launches = ()
+    stops = tuple(Stop(i, f"{t.reason}: stopped for the warm pool") for i, t in stopped(ctx))
     return Plan(
         pool=pool.name,
         launch_key=launch_key(pool.name, snapshot, now),
         launch_at=snapshot.time if snapshot else now.replace(second=0, microsecond=0),
         launches=launches,
-        terminations=tuple(ctx.terminations.values()),
+        terminations=tuple(t for i, t in ctx.terminations.items() if i not in ctx.stops),
+        stops=stops,
+        starts=starts,
         cancellations=tuple(Cancellation(i, r) for i, r in ctx.cancellations.items()),
         # Adopted before terminated: the managed tags are what allow the terminate.
         adoptions=tuple(ctx.adoptions),
-        marks=mark_writes(ctx, survey.marks + still_wanted(ctx, counted_on)),
+        marks=mark_writes(ctx, survey.marks + still_wanted(ctx, counted_on)) + stop_marks(ctx),
         unschedulable=tuple(demand.unschedulable),
         waiting=tuple(waiting),
         pending_at_max=any(why.startswith(AT_CAP) for _, why in demand.waiting),
         unmatched_agents=tuple(sorted(ctx.unmatched)),
         interruptions=tuple(ctx.interruptions),
         master_addresses=tuple(sorted(addresses.items())),
+        boot_config=ctx.boot_config if launches or starts or stops else "",
     )
+
+
+def stopped(ctx: Context) -> list[tuple[str, Termination]]:
+    """The idle agents this plan stops for the warm pool, with why they were reaped."""
+    return [(i, t) for i, t in ctx.terminations.items() if i in ctx.stops]

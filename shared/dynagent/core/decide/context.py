@@ -11,6 +11,7 @@ import operator
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from dynagent.core.boot.drift import boot_config
 from dynagent.core.config import Pool, ProviderConfig, Settings
 from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
 from dynagent.core.offerings import Catalog, Shape
@@ -55,6 +56,13 @@ class Context:
     # own, so they are neither capacity, nor counted toward max_instances, nor reaped.
     going: set[str] = field(default_factory=set)
     interruptions: list[Interruption] = field(default_factory=list)
+    # Of ``terminations``, the idle agents stopped for the warm pool instead.
+    stops: set[str] = field(default_factory=set)
+    # The warm pool's stopped machines this plan keeps: those it may start, best first
+    # (``warm_pool``), and how many it keeps in all (STOPPING ones and this plan's stops
+    # included), which max_stopped bounds.
+    startable: list[Instance] = field(default_factory=list)
+    kept_stopped: int = 0
     # Each instance's agent, in fleet order (None: not connected), looked up once.
     connected: list[Agent | None] = field(init=False)
     # When the snapshot saw what it says (never later than now).
@@ -122,6 +130,18 @@ class Context:
         instance = self.by_id.get(instance_id)
         if instance is not None and instance.live and instance_id not in self.going:
             self.kept_count -= 1
+
+    def stop(self, instance_id: str) -> None:
+        """Stop, not terminate, what this plan already removes (an idle agent)."""
+        assert instance_id in self.terminations
+        self.stops.add(instance_id)
+        self.kept_stopped += 1
+
+    @functools.cached_property
+    def boot_config(self) -> str:
+        """The pool's boot config hash now (``boot.drift``): what launches carry."""
+        addresses = (self.snapshot.master_addresses if self.snapshot else None) or {}
+        return boot_config(self.pool, addresses)
 
     def cancel(self, request_id: str, reason: str) -> None:
         self.cancellations.setdefault(request_id, reason)

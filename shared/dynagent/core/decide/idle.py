@@ -1,5 +1,6 @@
 """Idle agents: terminated past max_idle_agent_period, the costliest first, never below
-min_instances or the warm headroom, and never one that pending tasks count on.
+min_instances or the warm headroom, and never one that pending tasks count on; stopped
+instead while the warm pool has room.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from datetime import datetime
 from dynagent.core.decide.context import Context, Survey, live_count
 from dynagent.core.decide.headroom import HeadroomGuard
 from dynagent.core.decide.launches import pack_pending
+from dynagent.core.decide.warm_pool import stop_reaped
 from dynagent.core.durations import format_duration
 from dynagent.core.fitting import agents_for_zero_slot
 from dynagent.core.packing import Existing
@@ -61,6 +63,7 @@ def reap_idle(
     # A pending zero-slot task is the master's to place on any agent: keep one for it.
     aux = ctx.pool.max_aux_containers_per_agent
     floor = max(provider.min_instances, agents_for_zero_slot(len(ctx.zero_slot), aux))
+    reaped: list[str] = []
     for since, instance_id in ranked:
         if live <= floor:
             break
@@ -72,4 +75,7 @@ def reap_idle(
         ctx.terminate(
             instance_id, f"{reason} (max_idle_agent_period {format_duration(limit)})", "idle"
         )
+        reaped.append(instance_id)
         live -= 1
+    if provider.warm_pool.enabled:
+        stop_reaped(ctx, reaped)

@@ -33,6 +33,20 @@ def still_wanted(
     return changes
 
 
+def stop_marks(ctx: Context) -> tuple[MarkWrite, ...]:
+    """A machine stopped for the warm pool: when, for its period; and its agent's marks
+    cleared, so that once started it counts as launched and not registered yet."""
+    if not ctx.stops:
+        return ()
+    ids = tuple(sorted(ctx.stops))
+    reason = "stopped for the warm pool"
+    cleared = (Mark.REGISTERED, Mark.IDLE_SINCE, Mark.DISCONNECTED_SINCE)
+    return (
+        MarkWrite(Mark.STOPPED_AT, ctx.now, ids, reason),
+        *(MarkWrite(mark, None, ids, reason) for mark in cleared),
+    )
+
+
 def mark_writes(
     ctx: Context, changes: list[tuple[str, list[tuple[Mark, datetime | None, str]]]]
 ) -> tuple[MarkWrite, ...]:

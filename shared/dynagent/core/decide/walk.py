@@ -8,15 +8,19 @@ from __future__ import annotations
 from dynagent.core.decide.context import Context, Survey, idle_start, takes_tasks
 from dynagent.core.decide.marks import mark_changes
 from dynagent.core.decide.removals import going_away, remove_stopped, review_absent
-from dynagent.core.fleet import InstanceState, Mark
+from dynagent.core.decide.warm_pool import keep_warm
+from dynagent.core.fleet import Instance, InstanceState, Mark
 from dynagent.core.packing import Existing
 from dynagent.core.snapshot import DRAINING_REPORT_LEASE
 
 
 def walk_fleet(ctx: Context) -> Survey:
-    """Review each instance (stopped, never registered, disconnected too long: terminate)
-    and note what the later rules need of those it keeps."""
+    """Review each instance (stopped, never registered, disconnected too long: terminate,
+    unless the warm pool keeps a stopped one) and note what the later rules need of those
+    it keeps."""
     survey = Survey()
+    warm = ctx.provider.warm_pool.enabled
+    stopped: list[Instance] = []
     # since <= now - period is now - since >= period, with one subtraction per pass.
     cutoff = ctx.now - ctx.provider.max_idle_agent_period
     half = ctx.now - ctx.provider.max_idle_agent_period / 2
@@ -33,7 +37,10 @@ def walk_fleet(ctx: Context) -> Survey:
     for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
         state, marks = instance.state, instance.marks
         if state is not running and state is not starting:
-            remove_stopped(ctx, instance)
+            if warm:
+                stopped.append(instance)
+            else:
+                remove_stopped(ctx, instance)
             continue
         if interrupted in marks and going_away(ctx, instance, survey):
             continue
@@ -83,4 +90,6 @@ def walk_fleet(ctx: Context) -> Survey:
             changes = mark_changes(instance, agent, ctx.seen_at)
             if changes:
                 survey.marks.append((instance.id, changes))
+    if warm:
+        keep_warm(ctx, stopped)
     return survey

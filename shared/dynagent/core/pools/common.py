@@ -73,6 +73,31 @@ def check_master_url(url: str) -> str:
     return url
 
 
+class WarmPool(StrictModel):
+    """Ours: idle agents stopped instead of terminated, and started again for new work.
+
+    A stopped machine bills only its disks and keeps its Docker images, so its agent is
+    back in the time a start takes, not a boot's with its image pull. ``max_stopped`` 0
+    turns it off: every stopped machine is terminated, as before.
+    """
+
+    # How many stopped machines the pool keeps.
+    max_stopped: int = Field(default=0, ge=0)
+    # How long one may stay stopped before it is deleted: its disks bill meanwhile.
+    max_stopped_period: Duration = timedelta(days=7)
+
+    @field_validator("max_stopped_period")
+    @classmethod
+    def _positive(cls, period: timedelta) -> timedelta:
+        if period <= timedelta(0):
+            raise ValueError("must be greater than 0 (like 168h)")
+        return period
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_stopped > 0
+
+
 class ProvisionerFields(StrictModel):
     """Fields every provider shares: how agents start and how the fleet is sized.
 
@@ -115,6 +140,8 @@ class ProvisionerFields(StrictModel):
     # Ours: terminate an idle agent only once the master drains it (``dynagent bridge``
     # disables it with drain) and the snapshot reports it draining and empty.
     drain_idle_agents: bool = False
+    # Ours: idle agents stopped, not terminated, and started before new machines launch.
+    warm_pool: WarmPool = WarmPool()
 
     @field_validator("master_url")
     @classmethod

@@ -1,9 +1,9 @@
 """The fixes installed over moto while any LocalAws runs.
 
 The first LocalAws to start installs every wrapper (those of instances.py, spot.py,
-launch_templates.py and sqs_messages.py, and of iam.py, account.py and stack.py), and the
-last to stop removes them; meanwhile each acts only on an account a LocalAws owns
-(knobs.py).
+launch_templates.py, stop_start.py and sqs_messages.py, and of iam.py, account.py and
+stack.py), and the last to stop removes them; meanwhile each acts only on an account a
+LocalAws owns (knobs.py).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from dynagent.testing.aws.spot import (
 )
 from dynagent.testing.aws.sqs_messages import sqs_send_message
 from dynagent.testing.aws.stack import patches as stack_patches
+from dynagent.testing.aws.stop_start import patches as stop_start_patches
 
 # (owner, attribute, replacement): each replaces an attribute the owner defines itself,
 # or adds one it lacks (Lambda's GetAccountSettings), removed again when the last stops.
@@ -68,6 +69,7 @@ _PATCHES: Final[tuple[tuple[type, str, object], ...]] = (
     *iam_patches(owned),
     *account_patches(facts_for),
     *stack_patches(owned),
+    *stop_start_patches(),
 )
 _MISSING: Final = object()
 _saved: list[tuple[type, str, object]] = []

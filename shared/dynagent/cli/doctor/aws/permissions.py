@@ -104,6 +104,12 @@ def _managing(where: Where) -> list[Probe]:
             "terminate managed instances", ("ec2:TerminateInstances",), instance, where.resource_tag
         ),
         Probe(
+            "stop and start managed instances (warm pools)",
+            ("ec2:StopInstances", "ec2:StartInstances"),
+            instance,
+            where.resource_tag,
+        ),
+        Probe(
             "mark managed instances",
             ("ec2:CreateTags", "ec2:DeleteTags"),
             instance,
@@ -212,6 +218,11 @@ def refused(where: Where) -> list[Probe]:
     return [
         Probe("terminate an untagged instance", ("ec2:TerminateInstances",), instance),
         Probe("terminate someone else's instance", ("ec2:TerminateInstances",), instance, foreign),
+        Probe(
+            "stop or start an untagged instance",
+            ("ec2:StopInstances", "ec2:StartInstances"),
+            instance,
+        ),
         Probe("retag an untagged instance", ("ec2:CreateTags", "ec2:DeleteTags"), instance, marks),
         Probe(
             "change an untagged instance's metadata options",

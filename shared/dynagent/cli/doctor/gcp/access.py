@@ -27,6 +27,8 @@ PERMISSIONS = (
     "compute.instances.get",
     "compute.instances.create",
     "compute.instances.delete",
+    "compute.instances.stop",
+    "compute.instances.start",
     "compute.instances.setLabels",
     "compute.instances.setMetadata",
     "compute.disks.create",

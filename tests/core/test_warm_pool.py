@@ -1,0 +1,207 @@
+"""The warm pool in the decision: idle agents stopped instead of terminated while there
+is room, stopped machines started for pending tasks before anything launches, and the
+stopped kept within max_stopped, max_stopped_period and the pool's boot config."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from dynagent.core.boot.drift import boot_config
+from dynagent.core.config import Pool
+from dynagent.core.decide import decide
+from dynagent.core.fleet import Instance, InstanceState, Mark
+from dynagent.core.plan import Plan
+from tests.builders import NOW, agent_instance, ago, fleet, idle, pool, snapshot, starting
+
+TYPE = "p3.8xlarge"  # the builders' pool: 4 slots
+
+
+def warm_pool(max_stopped: int = 2, **fields: object) -> Pool:
+    return pool(warm_pool={"max_stopped": max_stopped, **fields}, max_instances=3)
+
+
+def stopped(
+    instance_id: str, of: Pool, *, hours_ago: float = 1, config: str | None = None
+) -> Instance:
+    """A machine the warm pool stopped ``hours_ago``, with the pool's boot config now."""
+    return Instance(
+        id=instance_id,
+        state=InstanceState.STOPPED,
+        launched_at=ago(hours=hours_ago + 2),
+        marks={Mark.STOPPED_AT: ago(hours=hours_ago)},
+        instance_type=TYPE,
+        boot_config=boot_config(of, {}) if config is None else config,
+    )
+
+
+def idle_agent(instance_id: str, **changes: object) -> Instance:
+    agent = agent_instance(instance_id, idle_since=ago(30))
+    return replace(agent, instance_type=TYPE, **changes)
+
+
+def test_an_idle_agent_past_its_period_is_stopped_and_its_agent_marks_cleared() -> None:
+    of = warm_pool()
+    plan = decide(of, fleet(idle_agent("i-idle")), snapshot(agents=[idle("i-idle")]), NOW)
+    assert [s.instance_id for s in plan.stops] == ["i-idle"]
+    assert "idle for 30m" in plan.stops[0].reason and "warm pool" in plan.stops[0].reason
+    assert plan.terminations == ()
+    writes = {(w.mark, w.value) for w in plan.marks if w.instance_ids == ("i-idle",)}
+    assert writes == {
+        (Mark.STOPPED_AT, NOW),
+        (Mark.REGISTERED, None),
+        (Mark.IDLE_SINCE, None),
+        (Mark.DISCONNECTED_SINCE, None),
+    }
+    assert plan.boot_config == boot_config(of, {})
+    assert "stop i-idle: " in "\n".join(plan.describe())
+
+
+def test_without_a_warm_pool_the_idle_agent_is_terminated_and_a_stopped_one_too() -> None:
+    of = pool(max_instances=3)
+    machines = fleet(idle_agent("i-idle"), stopped("i-old", of))
+    plan = decide(of, machines, snapshot(agents=[idle("i-idle")]), NOW)
+    assert plan.stops == ()
+    assert {t.instance_id for t in plan.terminations} == {"i-idle", "i-old"}
+
+
+def test_only_as_many_are_stopped_as_the_warm_pool_has_room_for() -> None:
+    of = warm_pool(max_stopped=2)
+    machines = fleet(stopped("i-s1", of), idle_agent("i-a"), idle_agent("i-b"))
+    plan = decide(of, machines, snapshot(agents=[idle("i-a"), idle("i-b")]), NOW)
+    assert len(plan.stops) == 1
+    assert len(plan.terminations) == 1
+    assert {plan.stops[0].instance_id, plan.terminations[0].instance_id} == {"i-a", "i-b"}
+
+
+def test_a_spot_instance_on_ec2_is_terminated_for_it_cannot_be_stopped() -> None:
+    of = warm_pool()
+    spot = idle_agent("i-spot", spot=True)
+    plan = decide(of, fleet(spot), snapshot(agents=[idle("i-spot")]), NOW)
+    assert plan.stops == ()
+    assert [t.instance_id for t in plan.terminations] == ["i-spot"]
+
+
+def test_pending_work_starts_a_stopped_machine_and_launches_nothing() -> None:
+    of = warm_pool()
+    plan = decide(of, fleet(stopped("i-s1", of)), snapshot(pending=[("exp-1", 4)]), NOW)
+    assert [s.instance_id for s in plan.starts] == ["i-s1"]
+    assert plan.launches == ()
+    cold = plan.starts[0].cold
+    assert cold.offering is not None and cold.offering.instance_type == TYPE
+    assert "start i-s1: pending tasks fit on it (4 of 4 slots)" in plan.describe()[0]
+
+
+def test_only_the_stopped_machines_the_tasks_need_are_started() -> None:
+    of = warm_pool(max_stopped=3)
+    machines = fleet(*(stopped(f"i-s{n}", of, hours_ago=n) for n in (1, 2, 3)))
+    plan = decide(of, machines, snapshot(pending=[("a", 4), ("b", 2), ("c", 2)]), NOW)
+    # Two machines hold the tasks; the most recently stopped are the first offered.
+    assert [s.instance_id for s in plan.starts] == ["i-s1", "i-s2"]
+    assert plan.launches == ()
+
+
+def test_more_work_than_the_stopped_machines_hold_launches_the_rest() -> None:
+    of = warm_pool(max_stopped=1)
+    plan = decide(of, fleet(stopped("i-s1", of)), snapshot(pending=[("a", 4), ("b", 4)]), NOW)
+    assert [s.instance_id for s in plan.starts] == ["i-s1"]
+    assert len(plan.launches) == 1
+
+
+def test_a_started_machine_is_capacity_on_its_way_so_a_replay_launches_nothing() -> None:
+    of = warm_pool()
+    # After the start: running again, its agent's marks cleared when it was stopped.
+    back = replace(starting("i-s1", minutes_ago=1), instance_type=TYPE)
+    plan = decide(of, fleet(back), snapshot(pending=[("exp-1", 4)]), NOW)
+    assert plan.launches == () and plan.starts == ()
+
+
+def test_a_stopped_machine_of_another_boot_config_is_deleted_never_started() -> None:
+    of = warm_pool()
+    drifted = stopped("i-old", of, config="0123456789ab")
+    plan = decide(of, fleet(drifted), snapshot(pending=[("exp-1", 4)]), NOW)
+    assert plan.starts == ()
+    assert len(plan.launches) == 1
+    [removed] = plan.terminations
+    assert (removed.instance_id, removed.cause) == ("i-old", "drifted")
+    assert "boot config 0123456789ab" in removed.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"agent_docker_image": "determinedai/determined-agent:0.38.1"}, "agent image"),
+        ({"image_id": "ami-0fedcba9876543210"}, "image"),
+        ({"master_url": "http://10.0.0.9:8080"}, "master address"),
+        ({"startup_script": "echo hello"}, "boot script"),
+        ({"iam_instance_profile_arn": "arn:aws:iam::1:instance-profile/p"}, "profile"),
+    ],
+)
+def test_each_part_of_the_boot_config_changes_its_hash(change: dict[str, str], field: str) -> None:
+    assert boot_config(pool(**change), {}) != boot_config(pool(), {}), field
+
+
+def test_the_hash_is_unknown_while_the_master_alias_is_unresolved() -> None:
+    aliased = pool(master_url="http://local-ipv4:8080")
+    assert boot_config(aliased, {}) == ""
+    assert boot_config(aliased, {"local-ipv4": "10.0.0.5"}) == boot_config(
+        pool(master_url="http://10.0.0.5:8080"), {}
+    )
+
+
+def test_a_machine_stopped_past_its_period_is_deleted() -> None:
+    of = warm_pool(max_stopped_period="24h")
+    plan = decide(of, fleet(stopped("i-old", of, hours_ago=25)), None, NOW)
+    [removed] = plan.terminations
+    assert removed.instance_id == "i-old"
+    assert removed.reason == "stopped for 25h (warm_pool.max_stopped_period 24h)"
+
+
+def test_beyond_max_stopped_the_longest_stopped_go() -> None:
+    of = warm_pool(max_stopped=1)
+    plan = decide(of, fleet(stopped("i-new", of), stopped("i-old", of, hours_ago=5)), None, NOW)
+    assert [t.instance_id for t in plan.terminations] == ["i-old"]
+    assert "beyond warm_pool.max_stopped (1)" in plan.terminations[0].reason
+
+
+def test_a_stopping_machine_is_kept_and_counted_but_not_started() -> None:
+    of = warm_pool(max_stopped=1)
+    going = replace(stopped("i-going", of), state=InstanceState.STOPPING)
+    machines = fleet(going, idle_agent("i-idle"))
+    plan = decide(of, machines, snapshot(pending=[], agents=[idle("i-idle")]), NOW)
+    assert plan.stops == () and plan.starts == ()
+    assert [t.instance_id for t in plan.terminations] == ["i-idle"]  # no room left
+
+
+def test_at_the_cap_a_stopped_machine_is_not_started() -> None:
+    of = warm_pool()  # max_instances 3
+    busy = [replace(agent_instance(f"i-b{n}"), instance_type=TYPE) for n in range(3)]
+    agents = [(f"i-b{n}", 4, 4) for n in range(3)]
+    plan = decide(
+        of, fleet(*busy, stopped("i-s1", of)), snapshot(pending=[("a", 4)], agents=agents), NOW
+    )
+    assert plan.starts == () and plan.launches == ()
+
+
+def test_a_preempted_stopped_machine_is_an_interruption_not_kept() -> None:
+    of = warm_pool()
+    preempted = replace(stopped("i-p", of), preempted=True)
+    plan = decide(of, fleet(preempted), None, NOW)
+    assert [t.cause for t in plan.terminations] == ["interrupted"]
+
+
+def test_a_stopped_machine_of_a_type_no_longer_offered_is_deleted() -> None:
+    of = warm_pool()
+    other = replace(stopped("i-s1", of), instance_type="p3.2xlarge")
+    plan: Plan = decide(of, fleet(other), snapshot(pending=[("a", 1)]), NOW)
+    assert [t.cause for t in plan.terminations] == ["drifted"]
+    assert plan.starts == () and len(plan.launches) == 1
+
+
+def test_a_machine_stopped_without_our_mark_counts_from_its_launch() -> None:
+    of = warm_pool(max_stopped_period="2h")
+    plain = replace(stopped("i-s1", of), marks={}, launched_at=NOW - timedelta(hours=3))
+    plan = decide(of, fleet(plain), None, NOW)
+    assert [t.instance_id for t in plan.terminations] == ["i-s1"]
