@@ -8,7 +8,10 @@ contract) and watches the agent register with the local Determined master and st
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -21,6 +24,8 @@ from dynagent.testing.machines.agent_machine import AgentMachine
 
 from .launches import PATHS, POOL, Path, Sent, launch
 
+# A task image the machine has before a stop (no registry: loaded with `docker import`).
+TASK_IMAGE = "determinedai/pytorch-ngc:task"
 # Heartbeats (one a second) an agent must send after registering, unrestarted, to count
 # as staying up: a crash-looping entrypoint never gets that far.
 STAYS_UP_BEATS = 2
@@ -207,3 +212,61 @@ def test_the_agent_comes_back_once_after_the_engine_restarts_at_a_reboot(
         names = machine.docker("ps", "-a", "--format", "{{.Names}}").split()
         assert names == ["determined-agent"]
         assert machine.agent_running()
+
+
+def a_task_image() -> bytes:
+    """A one-file image's tar, for ``docker import``."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        content = b"task\n"
+        member = tarfile.TarInfo("task.txt")
+        member.size = len(content)
+        tar.addfile(member, io.BytesIO(content))
+    return data.getvalue()
+
+
+def image_ids(machine: AgentMachine) -> dict[str, str]:
+    """Each image name on the machine -> its image id."""
+    out = machine.docker("images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}")
+    return dict(line.split() for line in out.splitlines())
+
+
+def test_the_agent_comes_back_under_its_id_from_a_stop_and_start_with_no_pull(
+    path: Path, clouds: Any, pool_master: LocalDetermined
+) -> None:
+    """A stopped machine keeps its disk (as a warm pool's does): started again, its
+    engine brings the agent container back (GCE's startup script starts that one, no
+    second), the agent registers again under the same id, no image is pulled, and the
+    images it had are still there. dockerd keeps its events in memory, so the images'
+    events are read before the stop and again after the start."""
+    sent = launch(path, clouds, pool_master.url)
+    with booted(sent, pool_master) as machine:
+        registered(machine, pool_master)
+        assert machine.wait_for_boot() == 0
+        machine.engine.docker("import", "-", TASK_IMAGE, input=a_task_image())
+        since = time.time()
+        images = image_ids(machine)
+        assert TASK_IMAGE in images and "determinedai/determined-agent:0.38.0" in images
+        agent = machine.agent_container()
+        assert agent is not None
+        events = machine.engine.events(since, time.time(), "type=image")
+
+        machine.stop()
+        assert machine.stopped and not machine.agent_running()
+        assert pool_master.agent_state(sent.instance) == (False, True)  # waits for it
+        machine.start()
+        registered(machine, pool_master, count=2)
+        assert machine.wait_for_boot() == 0
+        events += machine.engine.events(since, time.time(), "type=image")
+
+        registrations = pool_master.registrations()
+        assert [r.agent_id for r in registrations] == [sent.instance, sent.instance]
+        assert registrations[1] == registrations[0]
+        assert pool_master.agent_state(sent.instance) == (True, False)
+        assert [e for e in events if e["Action"] == "pull"] == [], events
+        assert image_ids(machine) == images
+        again = machine.agent_container()
+        assert again is not None and again["Id"] == agent["Id"], "one agent container"
+        assert machine.docker("ps", "-a", "--format", "{{.Names}}").split() == ["determined-agent"]
+        starts = machine.console.count("the agent container exists already (a reboot)")
+        assert starts == (1 if sent.cloud == "gcp" else 0)

@@ -120,6 +120,7 @@ class AgentMachine:
         self._metadata: MetadataService | None = None
         self._routes: MasterRoutes | None = None
         self._boot: subprocess.Popen[bytes] | None = None
+        self._stopped = False
         self.started_seconds = 0.0
 
     # -- life cycle -------------------------------------------------------------------
@@ -343,24 +344,65 @@ class AgentMachine:
 
     # -- events -----------------------------------------------------------------------
 
-    def reboot(self) -> None:
-        """A reboot as the cloud does it, after the boot ended: the engine starts again
-        (``--restart always`` containers return), and on GCE the startup script runs
-        again, as it does at every boot (cloud-init runs EC2 user data once per
-        instance). Simpler than a reboot: the machine's files and /run stay as they were."""
+    @property
+    def stopped(self) -> bool:
+        """True between ``stop()`` and ``start()``."""
+        return self._stopped
+
+    def stop(self) -> None:
+        """Stop the machine as the cloud's stop does, after the boot ended: it powers off
+        with its disk kept, so its engine and every container stop, and images,
+        containers and files stay; the agent's connection drops, and the master waits
+        for it (``reconnecting``: the agent's id is the instance's, as every boot here
+        sets it; an agent that never registered has nothing to drop).
+
+        Simpler than a VM's stop: only the engine and its containers stop (nothing else
+        runs once the boot ended), while the machine's namespaces, its metadata service
+        and its route to the master stay up, unused; /run and /tmp keep their files
+        where a VM's are empty at its next boot; and a stop before the boot ended, which
+        would cut the boot short, is refused."""
         if self._boot is None or self._boot.poll() is None:
-            raise RuntimeError("reboot after the boot has ended")
-        self.restart_engine()
+            raise RuntimeError("stop after the boot has ended")
+        if self._stopped:
+            raise RuntimeError("the machine is stopped already")
+        self._stop_engine()
+        self._stopped = True
+        with contextlib.suppress(KeyError):
+            self._master.reconnecting(self.instance)
+
+    def start(self) -> None:
+        """Start a stopped machine, as the cloud's start does (a warm pool's machine
+        going into service): the engine starts (``--restart always`` containers
+        return), and on GCE the startup script runs again, as it does at every boot
+        (cloud-init runs EC2 user data once per instance, at its first boot)."""
+        if not self._stopped:
+            raise RuntimeError("start a stopped machine")
+        self._start_engine()
+        self._stopped = False
         if self.cloud == "gcp":
             self._boot = None
             self._run_boot("ab")
 
+    def reboot(self) -> None:
+        """A reboot as the cloud does it, after the boot ended: a stop then a start
+        (see both for what this model leaves out), with no wait between."""
+        self.stop()
+        self.start()
+
     def restart_engine(self) -> None:
-        """Stop dockerd and start it again in the same machine, as a service restart or
-        a reboot does to the engine: containers stop; ``--restart always`` ones return."""
+        """Stop dockerd and start it again in the same machine, as a service restart
+        does to the engine: containers stop; ``--restart always`` ones return."""
+        self._stop_engine()
+        self._start_engine()
+
+    def _stop_engine(self) -> None:
         routes = self._routes
         assert routes is not None
         routes.unwatch()
         self.engine.stop()
+
+    def _start_engine(self) -> None:
+        routes = self._routes
+        assert routes is not None
         self.engine.start()
         routes.watch()

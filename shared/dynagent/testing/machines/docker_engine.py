@@ -131,6 +131,23 @@ class DockerEngine:
         found: list[dict[str, Any]] = json.loads(result.stdout)
         return found[0] if found else None
 
+    def events(self, since: float, until: float, *filters: str) -> list[dict[str, Any]]:
+        """The engine's events between two Unix times (``docker events``), each as its
+        JSON, with ``filters`` such as ``type=image``. dockerd keeps its events in memory
+        only: what it can tell begins at its last start."""
+        args = [arg for kept in filters for arg in ("--filter", kept)]
+        out = self.docker(
+            "events",
+            "--since",
+            f"{since:.6f}",
+            "--until",
+            f"{until:.6f}",
+            "--format",
+            "{{json .}}",
+            *args,
+        )
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
     def _log_tail(self) -> str:
         lines = self.log_path.read_text(errors="replace").splitlines()
         return " | ".join(lines[-5:])
