@@ -181,6 +181,15 @@ ROWS = {
         "simulate {trace} --config {aws} --sweep max_instancs=1,2",
         "'max_instancs' is not a field of the pool's provider: did you mean max_instances?",
     ),
+    "validate: a warm pool of no machines kept for no time": row(
+        "validate {warm_no_period}", "provider.warm_pool.max_stopped_period", "greater than 0"
+    ),
+    "validate: a warm pool of a negative size": row(
+        "validate {warm_negative}", "provider.warm_pool.max_stopped", "greater than or equal to 0"
+    ),
+    "simulate: a pool with a warm pool": row(
+        "simulate {trace} --config {warm}", "pool 'gpu'", "provider.warm_pool", "max_stopped to 0"
+    ),
     "simulate: no config file": row(
         "simulate {trace} --config {missing}", "{missing}", "No such file"
     ),
@@ -293,6 +302,10 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     misspelt = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instanecs": 2}}
     one_level_off = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "subnet_id": "subnet-1"}}
     pool_level = {**AWS_POOL, "max_instances": 2}
+
+    def warm(**fields: Any) -> dict[str, Any]:
+        return {**AWS_POOL, "provider": {**AWS_POOL["provider"], "warm_pool": fields}}
+
     files = {
         "aws": write_yaml(folder / "aws.yaml", AWS_POOL),
         "gcp": write_yaml(folder / "gcp.yaml", GCP_POOL),
@@ -302,6 +315,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "misspelt": write_yaml(folder / "misspelt.yaml", misspelt),
         "one_level_off": write_yaml(folder / "one-level-off.yaml", one_level_off),
         "pool_level": write_yaml(folder / "pool-level.yaml", pool_level),
+        "warm": write_yaml(folder / "warm.yaml", warm(max_stopped=2)),
+        "warm_no_period": write_yaml(
+            folder / "warm-no-period.yaml", warm(max_stopped=2, max_stopped_period="0s")
+        ),
+        "warm_negative": write_yaml(folder / "warm-negative.yaml", warm(max_stopped=-1)),
         "missing": str(folder / "missing.yaml"),
         "trace_out": str(folder / "mine.csv"),
     }

@@ -205,3 +205,15 @@ def test_a_machine_stopped_without_our_mark_counts_from_its_launch() -> None:
     plain = replace(stopped("i-s1", of), marks={}, launched_at=NOW - timedelta(hours=3))
     plan = decide(of, fleet(plain), None, NOW)
     assert [t.instance_id for t in plan.terminations] == ["i-s1"]
+
+
+def test_validate_explains_the_warm_pool_and_its_disks_cost() -> None:
+    from dynagent.cli.main import describe_config
+    from tests.builders import config, pool_entry
+
+    lines = describe_config(config(pool_entry(warm_pool={"max_stopped": 3}, root_volume_size=500)))
+    [said] = [line for line in lines if "warm pool" in line]
+    # 500 GB of gp3 at $0.08 a GB-month, 730 hours a month: $0.055 an hour, $3.95 a day for 3.
+    assert "up to 3 stopped machines, each kept 168h at most" in said
+    assert "$0.055/h, $3.95 a day for all" in said
+    assert not [line for line in describe_config(config(pool_entry())) if "warm pool" in line]

@@ -196,11 +196,13 @@ def describe_config(config: Config) -> list[str]:
             lines.append(f"  keeps {free} warm on its smallest shape")
         if p.warm_pool.enabled:
             kept = _count(p.warm_pool.max_stopped, "stopped machine")
+            disk = p.stopped_disk_per_hour
             lines.append(
                 f"  warm pool: idle agents are stopped, not terminated, up to {kept}, each "
                 f"kept {format_duration(p.warm_pool.max_stopped_period)} at most; new work "
-                "starts them before launching (a start skips the boot's image pull; a "
-                "stopped machine bills its disks)"
+                "starts them before launching (a start skips the boot's image pull); a "
+                f"stopped machine bills its disk, ${disk:.3f}/h, "
+                f"${disk * p.warm_pool.max_stopped * 24:.2f} a day for all"
             )
         lines += [f"  warning: {warning}" for warning in p.warnings()]
         master = master_address(p.master_url)

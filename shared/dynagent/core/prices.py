@@ -47,3 +47,18 @@ GCE_GPU_PRICES: dict[str, float] = {
     "nvidia-tesla-t4": 0.35, "nvidia-tesla-v100": 2.48, "nvidia-tesla-p100": 1.46,
     "nvidia-tesla-p4": 0.60, "nvidia-tesla-k80": 0.45,
 }  # fmt: skip
+
+# Disks, dollars per GB-month, what a stopped machine of a warm pool still bills: EBS gp3
+# (the root volume every launch asks for) and Compute Engine's persistent disk types,
+# us-east-1 and us-central1 list prices, 2024. A month is 730 hours, as both clouds bill.
+EBS_GP3_PER_GB_MONTH = 0.08
+GCE_DISK_PER_GB_MONTH: dict[str, float] = {
+    "pd-standard": 0.04, "pd-balanced": 0.10, "pd-ssd": 0.17, "pd-extreme": 0.125,
+    "hyperdisk-balanced": 0.06,
+}  # fmt: skip
+HOURS_PER_MONTH = 730
+
+
+def disk_price_per_hour(size_gb: int, per_gb_month: float) -> float:
+    """What a disk of ``size_gb`` costs an hour, running or not."""
+    return size_gb * per_gb_month / HOURS_PER_MONTH

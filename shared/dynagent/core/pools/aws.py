@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from dynagent.core.gpus import DETERMINED_EC2_SLOTS, aws_gpu_model, aws_gpus
 from dynagent.core.offerings import Catalog, Offering, Purchase
 from dynagent.core.pools.common import ProvisionerFields, StrictModel, check_prices
-from dynagent.core.prices import AWS_ON_DEMAND
+from dynagent.core.prices import AWS_ON_DEMAND, EBS_GP3_PER_GB_MONTH, disk_price_per_hour
 
 # Determined's rule (aws_config.go ``validateMaxSpotPrice``): digits and at most one point.
 _PRICE = re.compile(r"^(\d+\.?\d*|\.\d+)$")
@@ -227,6 +227,11 @@ class AwsProvider(ProvisionerFields):
         if self.offerings is not None:
             return " | ".join(self.offerings.instance_types)
         return self.instance_type
+
+    @property
+    def stopped_disk_per_hour(self) -> float:
+        """What a stopped machine of the pool bills: its gp3 root volume."""
+        return disk_price_per_hour(self.root_volume_size, EBS_GP3_PER_GB_MONTH)
 
     @property
     def slots_per_instance(self) -> int:

@@ -17,7 +17,12 @@ from dynagent.core.gpus import (
 )
 from dynagent.core.offerings import Catalog, Offering, Purchase
 from dynagent.core.pools.common import Duration, ProvisionerFields, StrictModel, check_prices
-from dynagent.core.prices import GCE_GPU_PRICES, GCE_ON_DEMAND
+from dynagent.core.prices import (
+    GCE_DISK_PER_GB_MONTH,
+    GCE_GPU_PRICES,
+    GCE_ON_DEMAND,
+    disk_price_per_hour,
+)
 
 # Compute Engine's rules for label keys and values, and for instance names (RFC 1035).
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -281,6 +286,14 @@ class GcpProvider(ProvisionerFields):
                 f"letters, digits or -, at most {MAX_NAME_PREFIX})"
             )
         return prefix
+
+    @property
+    def stopped_disk_per_hour(self) -> float:
+        """What a stopped VM of the pool bills: its boot disk, of ``boot_disk_type``
+        (pd-standard's price for a type not in the table)."""
+        kind = self.boot_disk_type.rsplit("/", 1)[-1]
+        per_gb = GCE_DISK_PER_GB_MONTH.get(kind, GCE_DISK_PER_GB_MONTH["pd-standard"])
+        return disk_price_per_hour(self.boot_disk_size, per_gb)
 
     @property
     def slots_per_instance(self) -> int:
