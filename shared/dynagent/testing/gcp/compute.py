@@ -57,9 +57,9 @@ ZONE_RESOURCE_POOL_EXHAUSTED, ...; a failed insert leaves no instance), hold ope
 RUNNING for a number of polls (with a failing insert: an insert that fails late), set an
 instance's status or creation time, preempt a Spot VM (``preempt``: deleted or TERMINATED
 by its termination action, as the API shows it; a TERMINATED one can be started again),
-and refuse every Nth
-call with 429 or 503 (``fail_calls``). It records the calls it serves, as (HTTP method,
-API method) pairs, the instances inserts created, and the offerings capacity refused.
+and refuse every Nth call with 429 or 503 (``fail_calls``). It records the calls it
+serves, as (HTTP method, API method) pairs, the instances inserts created, and the
+offerings capacity refused.
 
 Capacity: ``limit_capacity(machine_type, zone, provisioning, count)`` lets at most
 ``count`` more VMs of that offering (None matches any zone or model; a legacy
