@@ -27,8 +27,9 @@ What it serves, with the real API's semantics:
   Instances come back with full ``zone`` and ``machineType`` URLs and
   ``scheduling.provisioningModel`` SPOT or STANDARD (a legacy ``preemptible`` VM keeps
   STANDARD with ``preemptible: true``).
-* ``instances.get``, ``insert``, ``bulkInsert``, ``delete`` and ``setLabels``; every
-  mutation returns a zonal Operation, and ``zoneOperations.get``/``wait`` poll it.
+* ``instances.get``, ``insert``, ``bulkInsert``, ``delete``, ``setLabels``, ``stop`` and
+  ``start``; every mutation returns a zonal Operation, and ``zoneOperations.get``/``wait``
+  poll it.
   ``requestId`` (a UUID, as the API demands) makes a retried mutation return the first
   operation and do nothing else. Names already taken are 409 ``alreadyExists``, missing
   instances 404 ``notFound``, a stale ``labelFingerprint`` 412 ``conditionNotMet``.
@@ -38,6 +39,14 @@ What it serves, with the real API's semantics:
   rules that matter to a GPU autoscaler: RFC 1035 names, label syntax and count, zonal
   machine/accelerator type URLs, a boot disk, metadata sizes, and the scheduling rules
   the API enforces for Spot and GPU VMs. A typo in our request fails here, not in prod.
+* Stop and start as the API shows them: ``stop`` makes a VM STOPPING, then TERMINATED
+  (GCE's name for stopped) with ``lastStopTimestamp`` when its operation completes;
+  ``start`` makes a TERMINATED VM PROVISIONING, then RUNNING with ``lastStartTimestamp``.
+  The VM keeps its name, id, disks, labels and metadata. Stopping a TERMINATED VM, or
+  starting a RUNNING (or PROVISIONING, STAGING) one, is an operation DONE at once that
+  changes nothing. Simpler than the API: no STAGING on the way up, the ephemeral
+  external IP is kept, and a start of a STOPPING or SUSPENDED VM is refused (400
+  ``resourceNotReady``) rather than queued or sent to ``resume``.
 
 Read-only resources a project offers besides VMs (images, machine and accelerator types,
 region and project quotas, networks and subnetworks) are served from ``catalog``, which
@@ -47,13 +56,14 @@ Knobs the API has no call for: make the next inserts' operations fail (QUOTA_EXC
 ZONE_RESOURCE_POOL_EXHAUSTED, ...; a failed insert leaves no instance), hold operations
 RUNNING for a number of polls (with a failing insert: an insert that fails late), set an
 instance's status or creation time, preempt a Spot VM (``preempt``: deleted or TERMINATED
-by its termination action, as the API shows it), and refuse every Nth
-call with 429 or 503 (``fail_calls``). It records the calls it serves, as (HTTP method,
-API method) pairs, the instances inserts created, and the offerings capacity refused.
+by its termination action, as the API shows it; a TERMINATED one can be started again),
+and refuse every Nth call with 429 or 503 (``fail_calls``). It records the calls it
+serves, as (HTTP method, API method) pairs, the instances inserts created, and the
+offerings capacity refused.
 
 Capacity: ``limit_capacity(machine_type, zone, provisioning, count)`` lets at most
 ``count`` more VMs of that offering (None matches any zone or model; a legacy
-preemptible VM counts as SPOT) be created. Past it an insert still returns an
+preemptible VM counts as SPOT) be created or started. Past it an insert still returns an
 Operation, which ends DONE with no instance left and, by ``kind``:
 
 * ``stockout`` (default): ``ZONE_RESOURCE_POOL_EXHAUSTED``, ``httpErrorStatusCode`` 503,
@@ -70,8 +80,10 @@ A bulkInsert creates as many as fit if that is at least its ``minCount`` (its op
 then succeeds, ``instancesBulkInsertOperationMetadata.perLocationStatus`` counting
 created and failed VMs), else none, its errors being ``VM_MIN_COUNT_NOT_REACHED``
 (``Requested minimum count of N VMs could not be created.``) then the capacity error;
-its status code is the capacity error's. Capacity is counted per creation (deleting a
-VM gives none back) and only a request that succeeds takes any.
+its status code is the capacity error's. A start past the limit ends the same way, its
+VM TERMINATED again. Capacity is counted per creation or start (deleting or stopping a
+VM gives none back, where Compute Engine would reuse it) and only a request that
+succeeds takes any.
 
 How the real client behaves against it (google-cloud-compute 1.57, api-core 2.44):
 
@@ -288,7 +300,9 @@ class LocalCompute(Service):
         """Compute Engine takes a Spot or preemptible VM's capacity back, as the API then
         shows it: with ``scheduling.instanceTerminationAction`` DELETE the VM is gone (True
         is returned); otherwise (STOP, the default) it is TERMINATED with a
-        ``lastStopTimestamp`` of now. A standard VM is never preempted: ValueError."""
+        ``lastStopTimestamp`` of now, as a stopped VM is, and ``instances.start`` starts
+        it again. A standard VM is never preempted: ValueError. Simpler than the API: the
+        VM is TERMINATED at once, without STOPPING and a preemption operation."""
         with self._compute.lock:
             instance = self._stored(name, zone)
             scheduling = instance.get("scheduling") or {}
@@ -357,7 +371,9 @@ class LocalCompute(Service):
         ``"quota"`` QUOTA_EXCEEDED (403) naming ``quota`` (by default the regional GPU
         quota the VM draws on, e.g. NVIDIA_A100_GPUS). ``message`` overrides the wording.
         A bulkInsert creates as many as fit if that is at least its ``minCount``, else
-        none. Capacity is counted per creation: deleting a VM does not give it back.
+        none. A start of a stopped VM draws on the same limits: past one its operation
+        ends with the same error and the VM stays TERMINATED. Capacity is counted per
+        creation or start: deleting or stopping a VM does not give it back.
         Limits add up (an insert must fit them all) until clear_capacity_limits() or
         reset(); fail_next_inserts() failures come first and take no capacity."""
         if count < 0:
@@ -417,8 +433,8 @@ class LocalCompute(Service):
             return list(self._compute.state.created)
 
     def capacity_refusals(self) -> list[Offering]:
-        """The offering of each insert or bulkInsert a capacity limit refused since
-        reset(), in order: a test counts the calls per offering by it."""
+        """The offering of each insert, bulkInsert or start a capacity limit refused
+        since reset(), in order: a test counts the calls per offering by it."""
         with self._compute.lock:
             return list(self._compute.state.refused)
 

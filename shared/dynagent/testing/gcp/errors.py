@@ -58,6 +58,11 @@ def not_found(resource: str) -> ApiError:
     return ApiError(404, "notFound", f"The resource '{resource}' was not found")
 
 
+def not_ready(resource: str) -> ApiError:
+    """A resource busy with another change, or in a state the call cannot act on."""
+    return ApiError(400, "resourceNotReady", f"The resource '{resource}' is not ready")
+
+
 def already_exists(resource: str) -> ApiError:
     return ApiError(409, "alreadyExists", f"The resource '{resource}' already exists")
 

@@ -25,6 +25,7 @@ from dynagent.testing.gcp.errors import (
     already_exists,
     invalid,
     not_found,
+    not_ready,
     unsupported,
 )
 from dynagent.testing.gcp.instance_shapes import (
@@ -112,6 +113,8 @@ class FakeCompute:
             "instances.bulkInsert": self.bulk_insert,
             "instances.delete": self.delete_instance,
             "instances.setLabels": self.set_labels,
+            "instances.stop": self.stop_instance,
+            "instances.start": self.start_instance,
             "zoneOperations.get": self.poll_operation,
             "zoneOperations.wait": self.poll_operation,
         }
@@ -319,6 +322,69 @@ class FakeCompute:
             request, "setLabels", instance, request_id, lambda: self._relabel(instance, labels)
         )
 
+    # -- stop and start ------------------------------------------------------------------
+    #
+    # A stopped VM is TERMINATED, as the API reports it, and keeps its name, id, disks,
+    # labels and metadata. Simpler than Compute Engine: a VM goes PROVISIONING then
+    # RUNNING on start (no STAGING, as after an insert); its ephemeral external IP is
+    # kept (the API releases it at stop and gives a new one at start); a stop does not
+    # insist on discardLocalSsd (the fake has no local SSDs) nor models graceful
+    # shutdown; and a start while a VM is STOPPING or SUSPENDED is refused with 400
+    # resourceNotReady where the API would queue it or want a resume.
+
+    def stop_instance(self, request: ApiRequest) -> JsonObject:
+        """``instances.stop``: STOPPING now, TERMINATED with ``lastStopTimestamp`` when
+        the operation completes (held like any other). Stopping a TERMINATED VM is an
+        operation DONE at once that changes nothing."""
+        request_id = request_id_of(request.query)
+        replay = self._replay(request.project, request_id)
+        if replay is not None:
+            return replay
+        instance = self.find(request.project, request.zone, request.path["instance"])
+        if instance["status"] == "TERMINATED":
+            return self._mutation(request, "stop", instance, request_id, _no_change, held=False)
+        instance["status"] = "STOPPING"
+        key = (request.project, request.zone, instance["name"])
+
+        def land() -> None:
+            # Not if deleted, replaced or moved on meanwhile (by a test, or another stop).
+            if self.state.instances.get(key) is instance and instance["status"] == "STOPPING":
+                instance.update(status="TERMINATED", lastStopTimestamp=timestamp(utcnow()))
+
+        return self._mutation(request, "stop", instance, request_id, land)
+
+    def start_instance(self, request: ApiRequest) -> JsonObject:
+        """``instances.start`` of a TERMINATED VM: PROVISIONING now, RUNNING with
+        ``lastStartTimestamp`` when the operation completes. It draws on capacity as an
+        insert does (limit_capacity): refused, the operation ends with the limit's error
+        (ZONE_RESOURCE_POOL_EXHAUSTED...) and the VM is TERMINATED again. Starting a VM
+        that is PROVISIONING, STAGING or RUNNING is an operation DONE at once that
+        changes nothing."""
+        request_id = request_id_of(request.query)
+        replay = self._replay(request.project, request_id)
+        if replay is not None:
+            return replay
+        instance = self.find(request.project, request.zone, request.path["instance"])
+        key = (request.project, request.zone, instance["name"])
+        if instance["status"] in ("PROVISIONING", "STAGING", "RUNNING"):
+            return self._mutation(request, "start", instance, request_id, _no_change, held=False)
+        if instance["status"] != "TERMINATED":
+            raise not_ready(instance_path(*key))
+        failure = self._admit(request.project, request.zone, [instance], min_count=1).failure
+        instance["status"] = "PROVISIONING"
+
+        def land() -> None:
+            if self.state.instances.get(key) is not instance:
+                return  # deleted or replaced meanwhile
+            if instance["status"] != "PROVISIONING":
+                return  # stopped or moved on by a test meanwhile
+            if failure is not None:
+                instance["status"] = "TERMINATED"
+            else:
+                instance.update(status="RUNNING", lastStartTimestamp=timestamp(utcnow()))
+
+        return self._mutation(request, "start", instance, request_id, land, failure)
+
     def _relabel(self, instance: JsonObject, labels: dict[str, str]) -> None:
         version = self.state.label_versions.get(instance["id"], 0) + 1
         self.state.label_versions[instance["id"]] = version
@@ -476,8 +542,11 @@ class FakeCompute:
         on_done: Callable[[], None],
         failure: Failure | None = None,
         bulk_metadata: JsonObject | None = None,
+        *,
+        held: bool = True,
     ) -> JsonObject:
-        """Start the operation that reports a mutation; it completes now unless held."""
+        """Start the operation that reports a mutation; it completes now unless held
+        (hold_operations), and ``held=False`` (a mutation with nothing to do) never is."""
         name, now = operation_name(), timestamp(utcnow())
         zone_url = zone_url_of(request.project, request.zone)
         resource: JsonObject = {
@@ -501,7 +570,8 @@ class FakeCompute:
         if request_id is not None:
             resource["clientOperationId"] = request_id
             self.state.request_ids[(request.project, request_id)] = name
-        operation = Operation(resource, self.state.hold_polls, on_done, failure)
+        polls = self.state.hold_polls if held else 0
+        operation = Operation(resource, polls, on_done, failure)
         self.state.operations[name] = operation
         return self._after_poll(operation, counts=False)
 
@@ -524,6 +594,10 @@ class FakeCompute:
         ):
             raise not_found(f"projects/{request.project}/zones/{request.zone}/operations/{name}")
         return self._after_poll(operation, counts=True)
+
+
+def _no_change() -> None:
+    """The effect of a stop of a stopped VM, or a start of a running one."""
 
 
 def _bulk_count(body: JsonObject) -> tuple[int, int]:

@@ -53,6 +53,14 @@ _ROUTES: Final = Map(
             endpoint="instances.setLabels",
         ),
         Rule(
+            f"{_PATH_PREFIX}/instances/<instance>/stop", methods=["POST"], endpoint="instances.stop"
+        ),
+        Rule(
+            f"{_PATH_PREFIX}/instances/<instance>/start",
+            methods=["POST"],
+            endpoint="instances.start",
+        ),
+        Rule(
             f"{_PATH_PREFIX}/operations/<operation>", methods=["GET"], endpoint="zoneOperations.get"
         ),
         Rule(
