@@ -187,8 +187,13 @@ ROWS = {
     "validate: a warm pool of a negative size": row(
         "validate {warm_negative}", "provider.warm_pool.max_stopped", "greater than or equal to 0"
     ),
-    "simulate: a pool with a warm pool": row(
-        "simulate {trace} --config {warm}", "pool 'gpu'", "provider.warm_pool", "max_stopped to 0"
+    "simulate: a sweep of a section": row(
+        "simulate {trace} --config {warm} --sweep warm_pool=1,2",
+        "'warm_pool' is a section; name one of its fields",
+    ),
+    "simulate: a misspelt nested sweep field": row(
+        "simulate {trace} --config {warm} --sweep warm_pool.max_stoped=1,2",
+        "not a field of warm_pool: did you mean max_stopped?",
     ),
     "simulate: no config file": row(
         "simulate {trace} --config {missing}", "{missing}", "No such file"

@@ -89,9 +89,11 @@ def test_pending_work_starts_a_stopped_machine_and_launches_nothing() -> None:
     plan = decide(of, fleet(stopped("i-s1", of)), snapshot(pending=[("exp-1", 4)]), NOW)
     assert [s.instance_id for s in plan.starts] == ["i-s1"]
     assert plan.launches == ()
+    # Its cold cover is the launch it replaced: the same tasks, on the same shape.
     cold = plan.starts[0].cold
+    assert cold.tasks == ("exp-1",)
     assert cold.offering is not None and cold.offering.instance_type == TYPE
-    assert "start i-s1: pending tasks fit on it (4 of 4 slots)" in plan.describe()[0]
+    assert plan.describe()[0] == "start i-s1: pending tasks: exp-1: started, not launched"
 
 
 def test_only_the_stopped_machines_the_tasks_need_are_started() -> None:
@@ -217,3 +219,11 @@ def test_validate_explains_the_warm_pool_and_its_disks_cost() -> None:
     assert "up to 3 stopped machines, each kept 168h at most" in said
     assert "$0.055/h, $3.95 a day for all" in said
     assert not [line for line in describe_config(config(pool_entry())) if "warm pool" in line]
+
+
+def test_while_the_master_is_unknown_no_stopped_machine_is_started() -> None:
+    of = pool(warm_pool={"max_stopped": 2}, master_url="http://local-ipv4:8080")
+    machine = stopped("i-s1", of, config="0123456789ab")
+    plan = decide(of, fleet(machine), snapshot(pending=[("exp-1", 4)]), NOW)
+    assert plan.starts == () and plan.launches == ()
+    assert any("launches held" in note for note in plan.waiting)

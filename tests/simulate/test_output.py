@@ -47,6 +47,7 @@ def test_the_document_is_json() -> None:
         "jitter": 0,
         "seed": 0,
         "per_gpu": 0,
+        "started_after": 90,
     }
 
 

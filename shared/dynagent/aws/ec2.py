@@ -522,6 +522,8 @@ class Ec2Provider:
                 # covers its tasks with a new machine instead.
                 message = f"{code}: {error.response['Error'].get('Message', '')}"
                 refused.append((start.instance_id, message, kind))
+                if kind is LaunchErrorKind.CAPACITY and start.offering:
+                    self.warm.memory(self.pool.name).refused_key(start.offering, self.clock())
                 continue
             started.append(start.instance_id)
         return StartResult(tuple(started), tuple(refused))

@@ -51,6 +51,12 @@ def offering_key(instance_type: str, zone: str, purchase: Purchase) -> str:
     return f"{instance_type}@{zone}/{purchase.value}"
 
 
+def offering_of(instance: Instance) -> str:
+    """The key of the offering an instance is of, from what the cloud reports of it."""
+    purchase = Purchase.SPOT if instance.spot else Purchase.ON_DEMAND
+    return offering_key(instance.instance_type, instance.zone, purchase)
+
+
 @dataclass(frozen=True)
 class Shape:
     """A machine type as packing sees it: slots, and the price of its preferred offering."""

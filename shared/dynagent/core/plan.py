@@ -72,6 +72,9 @@ class Start:
     instance_id: str
     reason: str
     cold: Launch
+    # The key of the offering the machine is of: refused for capacity, it is left out of
+    # the next decisions for a while, as a refused launch's offering is.
+    offering: str = ""
 
 
 @dataclass(frozen=True)

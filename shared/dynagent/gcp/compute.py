@@ -360,9 +360,12 @@ class GceProvider:
             except (google_errors.NotFound, google_errors.BadRequest) as error:
                 refused.append((name, str(error.message), LaunchErrorKind.OTHER))
         failed = self._wait(operations)
-        refused += [
-            (name, problem, refusal_kind(_codes(problem))) for name, problem in failed.items()
-        ]
+        offerings = {start.instance_id: start.offering for start in starts}
+        for name, problem in failed.items():
+            kind = refusal_kind(_codes(problem))
+            refused.append((name, problem, kind))
+            if kind is LaunchErrorKind.CAPACITY and offerings[name]:
+                self.memory.refused_key(offerings[name], self.clock())
         return StartResult(tuple(operations), tuple(refused))
 
     def _action_id(self, name: str, action: str) -> str:

@@ -58,7 +58,12 @@ class CapacityMemory:
     until: dict[str, datetime] = field(default_factory=dict)
 
     def refused(self, offering: Offering, now: datetime) -> None:
-        self.until[offering.key] = now + self.remember_for
+        self.refused_key(offering.key, now)
+
+    def refused_key(self, key: str, now: datetime) -> None:
+        """An offering by its key: a stopped machine's (type, zone, purchase), whose
+        start the cloud refused for capacity."""
+        self.until[key] = now + self.remember_for
 
     def unavailable(self, now: datetime) -> frozenset[str]:
         """Keys of offerings still out; forgets those whose time ran out."""

@@ -15,6 +15,13 @@ after 60 s, and its agent has pulled its image and registered with the master af
 
 ``UNIFORM`` is the old model, every machine at exactly 60 s and 180 s: for arithmetic
 worked by hand (``--boot-jitter 0s --boot-per-gpu 0s``).
+
+A cold boot is launch, running, the agent's and the task's images pulled, registered:
+``registered_after`` is all of it (6 minutes is a realistic GPU boot with a 10 to 20 GB
+image: ``--registered-after 360s``). A warm start, of a machine the warm pool stopped,
+skips the image pull: its agent registers ``started_after`` seconds after the start (90
+s by default: the OS, the driver bringing up the GPUs, Docker starting the agent's
+container again), with the same per-GPU time and jitter.
 """
 
 from __future__ import annotations
@@ -31,9 +38,12 @@ class BootModel:
     seed: int = 0
     # Seconds each GPU beyond the first adds to the agent's registration.
     per_gpu: int = 3
+    # Seconds from a stopped machine's start to its agent registered (no image pull).
+    started_after: int = 90
 
     def __post_init__(self) -> None:
-        if min(self.running_after, self.registered_after, self.jitter, self.per_gpu) < 0:
+        times = (self.running_after, self.registered_after, self.jitter, self.per_gpu)
+        if min(*times, self.started_after) < 0:
             raise ValueError("boot times, jitter and per-GPU time must not be negative")
 
     def registered_after_for(self, slots: int) -> int:
@@ -59,6 +69,13 @@ class BootSampler:
         ``slots`` GPUs; registered >= running."""
         running = self._jittered(self.model.running_after)
         registered = self._jittered(self.model.registered_after_for(slots))
+        return running, max(running, registered)
+
+    def draw_start(self, slots: int) -> tuple[int, int]:
+        """As ``draw``, for a warm start of a stopped machine: no image to pull."""
+        model = self.model
+        running = self._jittered(min(model.running_after, model.started_after))
+        registered = self._jittered(model.started_after + model.per_gpu * max(0, slots - 1))
         return running, max(running, registered)
 
     def _jittered(self, seconds: int) -> int:

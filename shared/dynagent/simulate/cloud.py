@@ -16,6 +16,11 @@ bills from its launch to its termination, per second, at that offering's price. 
 simulated pool has no spot requests: a spot offering is an instance at its price, so
 ``cancel`` and ``adopt`` have nothing to act on.
 
+A warm pool's stopped machines leave the master and bill only their disks
+(``disk_per_hour``) until started again, when their agent registers after the boot
+model's warm start; a start the outage windows cover is refused for capacity, and the
+reconcile launches its cold cover instead, as on a cloud.
+
 Spot interruptions: with an ``interruptions`` model, each spot instance gets a lifetime
 drawn at launch (exponential: a constant rate per machine-hour, from a seeded generator,
 so a run repeats), a warning ``NOTICE`` seconds before it ends (EC2's two minutes), and
@@ -33,7 +38,7 @@ from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark
 from dynagent.core.offerings import Offering, Purchase
 from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Start, Stop, Termination
 from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
-from dynagent.run.provider import LaunchResult, StartResult
+from dynagent.run.provider import LaunchErrorKind, LaunchResult, StartResult
 from dynagent.simulate.boot import BootSampler
 from dynagent.simulate.capacity import Outage, covered
 from dynagent.simulate.clock import Events, Kind, at, seconds_at
@@ -73,6 +78,9 @@ class SimInstance:
     registers_at: int
     running: bool = False
     terminated: int | None = None
+    # When the warm pool stopped it (None: not stopped), and the boot config it carries.
+    stopped: int | None = None
+    boot_config: str = ""
     # The marks reconciles wrote on it, as a tag holds them: a time, to the second.
     marks: dict[Mark, datetime] = field(default_factory=dict)
     # What ``observe`` shows of it, rebuilt only after it changed.
@@ -85,6 +93,8 @@ class SimInstance:
     def view(self) -> Instance:
         if self._view is None:
             state = InstanceState.RUNNING if self.running else InstanceState.STARTING
+            if self.stopped is not None:
+                state = InstanceState.STOPPED
             offering = self.offering
             self._view = Instance(
                 self.id,
@@ -94,6 +104,7 @@ class SimInstance:
                 instance_type=offering.instance_type,
                 zone=offering.zone,
                 spot=offering.purchase is Purchase.SPOT,
+                boot_config=self.boot_config,
             )
         return self._view
 
@@ -108,11 +119,18 @@ class Bill:
     instance_seconds: int = 0
     slot_seconds: int = 0
     dollars: float = 0.0
+    # Of ``dollars``: the disks of stopped machines.
+    disk_dollars: float = 0.0
 
     def add(self, instance: SimInstance, seconds: int, price: float) -> None:
         self.instance_seconds += seconds
         self.slot_seconds += instance.slots * seconds
         self.dollars += price * seconds / HOUR
+
+    def add_disk(self, seconds: int, price: float) -> None:
+        dollars = price * seconds / HOUR
+        self.dollars += dollars
+        self.disk_dollars += dollars
 
 
 class SimCloud:
@@ -132,6 +150,7 @@ class SimCloud:
         outages: Sequence[Outage] = (),
         price: float | None = None,
         interruptions: Interruptions | None = None,
+        disk_per_hour: float = 0.0,
     ) -> None:
         self.boot = boot
         self.events = events
@@ -139,8 +158,16 @@ class SimCloud:
         self.default = default
         self.outages = tuple(outages)
         self.price = price
+        self.disk_per_hour = disk_per_hour
         self.memory = CapacityMemory()
         self.live: dict[str, SimInstance] = {}
+        # The warm pool's stopped machines, and what stopping and starting did.
+        self.stopped: dict[str, SimInstance] = {}
+        self.stops = 0
+        self.starts = 0
+        self.start_refusals = 0
+        self.most_stopped = 0
+        self._boot_config = ""
         self.live_slots = 0
         self.launches = 0
         self.launches_by_type: dict[str, int] = {}
@@ -159,7 +186,8 @@ class SimCloud:
 
     def observe(self) -> Fleet:
         if self._instances is None:
-            self._instances = tuple(i.view() for i in self.live.values())
+            live = (i.view() for i in self.live.values())
+            self._instances = (*live, *(i.view() for i in self.stopped.values()))
         return Fleet(self._instances, unavailable=self.memory.unavailable(at(self.clock())))
 
     def launch(self, plan: Plan) -> LaunchResult:
@@ -167,15 +195,29 @@ class SimCloud:
             return LaunchResult()
         if plan.launch_key in self._keys:  # a replay: the token was used, as on EC2
             return LaunchResult(started=self._keys[plan.launch_key], replayed=True)
+        self._boot_config = plan.boot_config
         result = launch_with_fallback(plan.launches, self._call, self.memory, at(self.clock()))
         self._keys[plan.launch_key] = result.started
         return result
 
     def terminate(self, terminations: tuple[Termination, ...]) -> None:
         for termination in terminations:
-            if self._end(termination.instance_id):
+            if self._delete_stopped(termination.instance_id):
+                self.terminations += 1  # its agent left the master when it stopped
+            elif self._end(termination.instance_id):
                 self.terminations += 1
                 self._gone.append(termination.instance_id)
+
+    def _delete_stopped(self, instance_id: str) -> bool:
+        instance = self.stopped.pop(instance_id, None)
+        if instance is None:
+            return False
+        assert instance.stopped is not None
+        now = self.clock()
+        self._closed.add_disk(now - instance.stopped, self.disk_per_hour)
+        instance.terminated = now
+        self._instances = None
+        return True
 
     def reclaim(self, instance_id: str) -> bool:
         """The cloud takes a spot instance back; False if it was terminated already."""
@@ -185,10 +227,10 @@ class SimCloud:
         return True
 
     def _end(self, instance_id: str) -> bool:
+        now = self.clock()
         instance = self.live.pop(instance_id, None)
         if instance is None:
             return False  # not found counts as done
-        now = self.clock()
         instance.terminated = now
         self._closed.add(instance, now - instance.launched, self._price(instance))
         self.live_slots -= instance.slots
@@ -196,11 +238,52 @@ class SimCloud:
         return True
 
     def stop(self, stops: tuple[Stop, ...]) -> None:
-        """No warm pool in the simulated cloud yet: ``dynagent simulate`` refuses one."""
-        raise NotImplementedError("the simulator has no warm pool yet")
+        """Stopped: it bills its disk from now, and its agent leaves the master."""
+        now = self.clock()
+        for stop in stops:
+            instance = self.live.pop(stop.instance_id, None)
+            if instance is None:
+                continue
+            self._closed.add(instance, now - instance.launched, self._price(instance))
+            self.live_slots -= instance.slots
+            instance.stopped, instance.running = now, False
+            instance.changed()
+            self.stopped[instance.id] = instance
+            self._gone.append(instance.id)
+            self.stops += 1
+        self.most_stopped = max(self.most_stopped, len(self.stopped))
+        self._instances = None
 
     def start(self, starts: tuple[Start, ...]) -> StartResult:
-        raise NotImplementedError("the simulator has no warm pool yet")
+        """Started, billed at its price again, its agent back after a warm start; refused
+        for capacity where an outage covers its offering."""
+        now = self.clock()
+        started: list[str] = []
+        refused: list[tuple[str, str, LaunchErrorKind]] = []
+        for start in starts:
+            instance = self.stopped.get(start.instance_id)
+            if instance is None:
+                continue
+            if covered(self.outages, instance.offering, now):
+                self.memory.refused(instance.offering, at(now))
+                self.start_refusals += 1
+                refused.append((instance.id, "no capacity", LaunchErrorKind.CAPACITY))
+                continue
+            del self.stopped[instance.id]
+            assert instance.stopped is not None
+            self._closed.add_disk(now - instance.stopped, self.disk_per_hour)
+            running_after, registered_after = self.boot.draw_start(instance.slots)
+            instance.stopped, instance.launched = None, now
+            instance.registers_at = now + registered_after
+            instance.changed()
+            self.live[instance.id] = instance
+            self.live_slots += instance.slots
+            self.events.schedule(now + running_after, Kind.INSTANCE_RUNNING, instance.id)
+            self.events.schedule(instance.registers_at, Kind.AGENT_REGISTERED, instance.id)
+            self.starts += 1
+            started.append(instance.id)
+        self._instances = None
+        return StartResult(tuple(started), tuple(refused))
 
     def cancel(self, cancellations: tuple[Cancellation, ...]) -> None:
         """No spot requests in the simulated cloud: nothing to cancel."""
@@ -236,7 +319,13 @@ class SimCloud:
         for _ in range(count):
             self.launches += 1
             running_after, registered_after = self.boot.draw(offering.slots)
-            instance = SimInstance(f"i-{self.launches:08x}", offering, now, now + registered_after)
+            instance = SimInstance(
+                f"i-{self.launches:08x}",
+                offering,
+                now,
+                now + registered_after,
+                boot_config=self._boot_config,
+            )
             self.live[instance.id] = instance
             self.live_slots += instance.slots
             self.events.schedule(now + running_after, Kind.INSTANCE_RUNNING, instance.id)
@@ -265,15 +354,24 @@ class SimCloud:
     def instances(self) -> Iterator[SimInstance]:
         return iter(self.live.values())
 
+    def stopped_instances(self) -> Iterator[SimInstance]:
+        return iter(self.stopped.values())
+
     def remembered_until(self) -> list[int]:
         """When each offering the cloud refused comes back into decisions."""
         return [seconds_at(until) for until in self.memory.until.values()]
 
     def bill(self, until: int) -> Bill:
         """What was billed up to ``until``, counting live instances up to then."""
-        total = Bill(self._closed.instance_seconds, self._closed.slot_seconds, self._closed.dollars)
+        closed = self._closed
+        total = Bill(
+            closed.instance_seconds, closed.slot_seconds, closed.dollars, closed.disk_dollars
+        )
         for instance in self.live.values():
             total.add(instance, until - instance.launched, self._price(instance))
+        for instance in self.stopped.values():
+            assert instance.stopped is not None
+            total.add_disk(until - instance.stopped, self.disk_per_hour)
         return total
 
     def _call(self, offering: Offering, count: int) -> Attempt:

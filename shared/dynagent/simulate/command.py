@@ -79,7 +79,13 @@ def add_parser(commands: Any) -> None:
     simulate.add_argument(
         "--registered-after",
         default="180s",
-        help="its agent registers, on a 1-GPU machine (180s)",
+        help="its agent registers, on a 1-GPU machine, images pulled (180s)",
+        **duration,
+    )
+    simulate.add_argument(
+        "--started-after",
+        default="90s",
+        help="a stopped machine of a warm pool, started, registers its agent: no image pull (90s)",
         **duration,
     )
     simulate.add_argument(
@@ -148,12 +154,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         else parse_config(DEFAULT_POOL_YAML, environ=os.environ)
     )
     pool = _pool(config, args.pool)
-    if pool.provider.warm_pool.enabled or (args.sweep and args.sweep.startswith("warm_pool.")):
-        raise ValueError(
-            f"pool {pool.name!r}: provider.warm_pool: the simulator does not replay a warm "
-            "pool yet; set warm_pool.max_stopped to 0 (or leave warm_pool out) to simulate "
-            "the pool without one"
-        )
     trace = pool_jobs(load_trace(args.trace), pool.name, args.pool is not None, out)
     common = {
         "policies": tuple(args.policy or POLICIES),
@@ -260,6 +260,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
     boot = BootModel(
         running_after=_seconds(args.running_after),
         registered_after=_seconds(args.registered_after),
+        started_after=_seconds(args.started_after),
         jitter=_seconds(args.boot_jitter),
         seed=args.seed,
         per_gpu=_seconds(args.boot_per_gpu),

@@ -58,6 +58,13 @@ class Summary:
     restart_wait_max: int | None = None
     # Seconds the policy's latest plan had demand waiting at max_instances.
     pending_at_max_seconds: int | None = None
+    # The warm pool: stops, starts, starts refused, the most stopped at once, and what
+    # the stopped machines' disks cost (in ``cost``).
+    stops: int | None = None
+    starts: int | None = None
+    start_refusals: int | None = None
+    most_stopped: int | None = None
+    disk_cost: float | None = None
 
 
 def percentile(sorted_values: Sequence[int], percent: float) -> int | None:
@@ -114,6 +121,11 @@ def summarise(run: PolicyRun, limit_seconds: int) -> Summary:
         ),
         restart_wait_max=run.restart_waits[-1] if run.restart_waits else None,
         pending_at_max_seconds=run.pending_at_max_seconds,
+        stops=run.stops,
+        starts=run.starts,
+        start_refusals=run.start_refusals,
+        most_stopped=run.most_stopped,
+        disk_cost=run.disk_dollars,
     )
 
 

@@ -175,7 +175,7 @@ class DynagentPolicy:
             return False
         if snapshot is not None:
             self._note_at_max(now, plan.pending_at_max)
-        return bool(plan.launches or plan.terminations)
+        return bool(plan.launches or plan.terminations or plan.stops or plan.starts)
 
     def _note_at_max(self, now: int, at_max: bool) -> None:
         if at_max and self._at_max_since is None:
@@ -227,6 +227,9 @@ class DynagentPolicy:
                 # Half the idle period on, the idle mark of an agent pending tasks count
                 # on is renewed (decide.marks.still_wanted).
                 deadlines.append(seconds_at(idle) + -(-self._periods[Mark.IDLE_SINCE] // 2))
+        # A stopped machine of the warm pool past its period is deleted by the sweep.
+        stopped_for = int(self.pool.provider.warm_pool.max_stopped_period.total_seconds())
+        deadlines += [i.stopped + stopped_for for i in self.cloud.stopped_instances() if i.stopped]
         # A refused offering back in the catalog may be the cheaper shape for pending
         # tasks or the smallest one warm headroom is kept on.
         deadlines += self.cloud.remembered_until()

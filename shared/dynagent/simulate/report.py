@@ -62,6 +62,16 @@ INTERRUPTION_ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
 )
 
 
+# Shown when the pool keeps a warm pool of stopped machines.
+WARM_POOL_ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
+    ("stops", lambda s: _count(s.stops)),
+    ("starts", lambda s: _count(s.starts)),
+    ("  refused for capacity", lambda s: _count(s.start_refusals)),
+    ("stopped machines, most", lambda s: _count(s.most_stopped)),
+    ("  their disks' cost", lambda s: "-" if s.disk_cost is None else f"${s.disk_cost:,.2f}"),
+)
+
+
 def describe(replay: Replay) -> list[str]:
     """What was replayed, on what: the lines above the table."""
     trace, provider, options = replay.trace, replay.pool.provider, replay.options
@@ -87,6 +97,7 @@ def describe(replay: Replay) -> list[str]:
         + (f", warm headroom {headroom} slots" if headroom else ""),
         f"boot: running after {boot.running_after}s, agent registered after "
         f"{boot.registered_after}s{per_gpu}{jitter}; heartbeat {options.heartbeat}s",
+        *_warm_pool(replay),
         f"master: Determined's priority scheduler, no preemption, {options.fitting_policy} fit",
         "price per instance-hour: " + describe_prices(replay),
     ]
@@ -104,6 +115,19 @@ def describe(replay: Replay) -> list[str]:
     return lines
 
 
+def _warm_pool(replay: Replay) -> list[str]:
+    provider = replay.pool.provider
+    warm = provider.warm_pool
+    if not warm.enabled:
+        return []
+    return [
+        f"warm pool (dynagent): up to {warm.max_stopped} stopped, each at most "
+        f"{format_duration(warm.max_stopped_period)}; a start registers after "
+        f"{replay.options.boot.started_after}s; a stopped machine's disk "
+        f"${provider.stopped_disk_per_hour:.3f}/h"
+    ]
+
+
 def describe_prices(replay: Replay) -> str:
     billed = replay.prices
     text = ", ".join(f"{t} ${price:,.2f}" for t, price in billed.by_type.items())
@@ -115,6 +139,7 @@ def describe_prices(replay: Replay) -> str:
 def table(replay: Replay) -> str:
     columns = replay.columns
     rows = ROWS + (INTERRUPTION_ROWS if replay.options.interruption_rate else ())
+    rows += WARM_POOL_ROWS if replay.pool.provider.warm_pool.enabled else ()
     width = max(len(label) for label, _ in rows) + 2
     lines = [*describe(replay), ""]
     lines.append(" " * width + "".join(f"{c.name:>14}" for c in columns))
@@ -218,6 +243,8 @@ def _column(summary: Summary) -> dict[str, Any]:
     for key in (*hours, "idle_gpu_hours", "booting_gpu_hours"):
         fields[key] = round(fields[key], 3)
     fields["cost"] = round(fields["cost"], 2)
+    if fields["disk_cost"] is not None:
+        fields["disk_cost"] = round(fields["disk_cost"], 2)
     fields["vs_limit"] = round(fields["vs_limit"], 5)
     for key in ("wait_mean", "waited", "restart_wait_mean"):
         if fields[key] is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from dynagent.core.config import Pool, Settings
 from dynagent.core.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
@@ -91,6 +92,14 @@ class PolicyRun:
     end: int
     series: Series = field(repr=False)
     usage: Usage = field(repr=False)
+    # The warm pool: machines stopped, started, starts refused for capacity, the most
+    # stopped at once, and what their disks billed (part of ``billed_dollars``); None
+    # for a policy or pool without one.
+    stops: int | None = None
+    starts: int | None = None
+    start_refusals: int | None = None
+    most_stopped: int | None = None
+    disk_dollars: float | None = None
 
 
 def make_policy(
@@ -134,6 +143,7 @@ class Simulation:
             outages=tuple(outage.shifted(trace.start) for outage in options.outages),
             price=options.price,
             interruptions=Interruptions(options.interruption_rate, options.boot.seed),
+            disk_per_hour=provider.stopped_disk_per_hour,
         )
         self.master = SimMaster(
             pool.name,
@@ -261,11 +271,26 @@ class Simulation:
             end=self.now,
             series=self.series,
             usage=self.usage,
+            **self._warm_pool(bill.disk_dollars),
         )
+
+    def _warm_pool(self, disk_dollars: float) -> dict[str, Any]:
+        """The warm pool's figures, for the policy that keeps one (Determined has none)."""
+        if not isinstance(self.policy, DynagentPolicy) or not self.pool.provider.warm_pool.enabled:
+            return {}
+        cloud = self.cloud
+        return {
+            "stops": cloud.stops,
+            "starts": cloud.starts,
+            "start_refusals": cloud.start_refusals,
+            "most_stopped": cloud.most_stopped,
+            "disk_dollars": disk_dollars,
+        }
 
     def _unused_launches(self) -> int:
         master = self.master
-        never_registered = self.cloud.launches - master.connections
+        # A started machine's agent registers again: a connection, not a launch.
+        never_registered = self.cloud.launches + self.cloud.starts - master.connections
         unused_now = sum(1 for agent in master.agents.values() if not agent.ever_used)
         return never_registered + master.never_used + unused_now
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from dynagent.core.config import ConfigError, Pool, Settings
 from dynagent.core.field_names import close_name
@@ -36,14 +36,36 @@ def parse_sweep(text: str) -> SweepSpec:
 
 
 def pool_with(pool: Pool, field: str, value: str) -> Pool:
-    """The pool with one provider field set to ``value``, checked as the config is."""
+    """The pool with one provider field set to ``value``, checked as the config is; a
+    nested field by its path (``warm_pool.max_stopped``)."""
     fields: dict[str, Any] = pool.provider.model_dump()
-    fields[field] = value
+    *parents, name = field.split(".")
+    level = fields
+    for parent in parents:
+        level = level[parent]
+    level[name] = value
     try:
         return Pool.model_validate({"name": pool.name, "provider": fields})
     except ValidationError as error:
         problems = "; ".join(item["msg"].removeprefix("Value error, ") for item in error.errors())
         raise ConfigError(f"--sweep {field}={value}: {problems}") from None
+
+
+def check_field(pool: Pool, field: str) -> None:
+    """ConfigError unless ``field`` names a provider field, or one of a nested model's."""
+    model: Any = type(pool.provider)
+    for depth, name in enumerate(field.split(".")):
+        fields = (
+            model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) else {}
+        )
+        if name not in fields:
+            close = close_name(name, fields)
+            said = f": did you mean {close}?" if close else ""
+            where = "the pool's provider" if not depth else field.rsplit(".", 1)[0]
+            raise ConfigError(f"--sweep: {field!r} is not a field of {where}{said}")
+        model = fields[name].annotation
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        raise ConfigError(f"--sweep: {field!r} is a section; name one of its fields")
 
 
 def sweep(
@@ -56,11 +78,7 @@ def sweep(
     progress: ProgressFactory | None = None,
 ) -> list[tuple[str, Replay]]:
     """One replay per value, in the order given; every pool is checked before any runs."""
-    fields = type(pool.provider).model_fields
-    if spec.field not in fields:
-        close = close_name(spec.field, fields)
-        said = f": did you mean {close}?" if close else ""
-        raise ConfigError(f"--sweep: {spec.field!r} is not a field of the pool's provider{said}")
+    check_field(pool, spec.field)
     pools = [(value, pool_with(pool, spec.field, value)) for value in spec.values]
 
     def labelled(value: str) -> ProgressFactory | None:

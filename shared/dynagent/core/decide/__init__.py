@@ -48,11 +48,13 @@ def decide(
     trim_to_max(ctx)
     launches, starts, demand = plan_launches(ctx, survey.room)
     addresses = (snapshot.master_addresses if snapshot else None) or {}
-    held = master_unknown(pool, addresses) if launches else None
+    held = master_unknown(pool, addresses) if launches or starts else None
     waiting = [f"{task.task} ({task.slots} slots): {why}" for task, why in demand.waiting]
     if held:
-        waiting.append(f"{len(launches)} launches held: {held}")
-        launches = ()
+        # A stopped machine's boot config cannot be checked against an unknown master
+        # either: its start waits too.
+        waiting.append(f"{len(launches) + len(starts)} launches held: {held}")
+        launches, starts = (), ()
     stops = tuple(Stop(i, f"{t.reason}: stopped for the warm pool") for i, t in stopped(ctx))
     return Plan(
         pool=pool.name,

@@ -11,7 +11,7 @@ from dynagent.core.boot.master import MasterUrlError, master_address
 from dynagent.core.config import Pool
 from dynagent.core.decide.context import Context, live_count, request_is_capacity, slots_left
 from dynagent.core.decide.headroom import headroom_launches
-from dynagent.core.decide.warm_pool import as_existing, offered_warm, starts_for
+from dynagent.core.decide.warm_pool import start_instead
 from dynagent.core.decide.zero_slot import zero_slot_launches
 from dynagent.core.offerings import Catalog, Offering, Shape
 from dynagent.core.packing import Demand, Existing, NewMachine, pack
@@ -32,30 +32,21 @@ def master_unknown(pool: Pool, addresses: dict[str, str]) -> str | None:
 def plan_launches(
     ctx: Context, room: list[tuple[str, Existing]]
 ) -> tuple[tuple[Launch, ...], tuple[Start, ...], Demand]:
-    """Stopped machines of the warm pool started for pending tasks, and new machines for
-    the rest; then up to min_instances, then warm headroom."""
+    """New machines for pending tasks, then up to min_instances, then warm headroom; a
+    stopped machine of the warm pool started instead of each launch of its type."""
     provider = ctx.provider
     live = live_count(ctx)
     existing = existing_machines(ctx, room)
     pending = ctx.snapshot.pending if ctx.snapshot else ()
     if ctx.zero_slot:
         pending = tuple(task for task in pending if task.slots > 0)
-    # Stopped machines first, in the same packing as the master's placement: each one
-    # started counts against the caps as a machine launched would.
-    offered = offered_warm(ctx, live, slots_left(ctx)) if ctx.startable and pending else []
-    warm = as_existing(ctx, offered)
-    demand = pack_pending(ctx, pending, existing + warm, live + len(offered), warm)
-    starts: list[Start] = []
-    if offered:
-        starts = starts_for(ctx, offered, demand.free_after[len(existing) :])
-        # Those not started are no free slots for what follows (warm headroom).
-        del demand.free_after[len(existing) :]
-        live += len(starts)
+    demand = pack_pending(ctx, pending, existing, live)
     catalog = ctx.catalog
     launches = launches_for_demand(catalog, demand.new_machines)
     smallest = ctx.smallest
     launches += zero_slot_launches(ctx, demand, smallest, live, len(launches))
     if smallest is None:
+        launches, starts = start_instead(ctx, launches)
         return tuple(launches), tuple(starts), demand
     below_min = provider.min_instances - live - len(launches)
     launches += [
@@ -66,6 +57,7 @@ def plan_launches(
         )
     ] * max(0, below_min)
     launches += headroom_launches(ctx, demand, smallest, live + len(launches))
+    launches, starts = start_instead(ctx, launches)
     return tuple(launches), tuple(starts), demand
 
 
@@ -85,20 +77,11 @@ def launches_for_demand(catalog: Catalog, machines: list[NewMachine]) -> list[La
 
 
 def pack_pending(
-    ctx: Context,
-    pending: tuple[PendingTask, ...],
-    existing: list[Existing],
-    live: int,
-    starting: list[Existing] | None = None,
+    ctx: Context, pending: tuple[PendingTask, ...], existing: list[Existing], live: int
 ) -> Demand:
-    """Where the master will put ``pending`` (``packing.pack``), within the pool's caps;
-    ``starting`` are stopped machines among ``existing``, counted in ``live``, whose
-    slots the caps count too."""
+    """Where the master will put ``pending`` (``packing.pack``), within the pool's caps."""
     provider = ctx.provider
     cap, machines = provider.slot_cap, provider.machine_cap
-    slot_room = slots_left(ctx)
-    if starting and slot_room is not None:
-        slot_room -= sum(machine.slots for machine in starting)
     return pack(
         pending,
         ctx.shapes,
@@ -106,7 +89,7 @@ def pack_pending(
         room=None if machines is None else max(0, machines - live),
         max_machines=machines,
         largest_slots=provider.slots_per_instance,
-        slot_room=slot_room,
+        slot_room=slots_left(ctx),
         max_slots=cap,
         sizes=tuple({o.slots for o in ctx.catalog.offerings}),
         fitting_policy=ctx.snapshot.fitting_policy if ctx.snapshot else None,

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
 
 from dynagent.core.config import AwsProvider
 from dynagent.core.decide.context import Context
 from dynagent.core.decide.removals import remove_stopped
 from dynagent.core.durations import format_duration
 from dynagent.core.fleet import Instance, InstanceState
-from dynagent.core.offerings import Shape
-from dynagent.core.packing import Existing
+from dynagent.core.offerings import offering_of
 from dynagent.core.plan import Launch, Start
 
 
@@ -105,61 +105,38 @@ def stop_reaped(ctx: Context, reaped: list[str]) -> None:
         ctx.stop(instance.id)
 
 
-def offered_warm(ctx: Context, live: int, slot_room: int | None) -> list[Instance]:
-    """The stopped machines pending tasks may go to, within the pool's caps: each started
-    one counts as a live machine again."""
-    machines = ctx.provider.machine_cap
-    offered: list[Instance] = []
-    count, slots = live, 0
+def start_instead(ctx: Context, launches: list[Launch]) -> tuple[list[Launch], list[Start]]:
+    """A stopped machine started in place of each launch of its type, while there are
+    some: the packing chose that machine for the tasks, so a start costs what the launch
+    would and counts the same against the caps, and the tasks wait a start, not a boot.
+    The launch is the start's cold cover, if the cloud refuses the start; a machine whose
+    offering the cloud refused lately is not started."""
+    if not launches:
+        return launches, []
+    refused = ctx.fleet.unavailable
+    default = ctx.catalog.offerings[0].instance_type if ctx.catalog.offerings else ""
+    stopped: dict[str, list[Instance]] = {}
     for instance in ctx.startable:
-        size = ctx.slots(instance, None)
-        if machines is not None and count + 1 > machines:
-            break
-        if slot_room is not None and slots + size > slot_room:
+        if offering_of(instance) not in refused:
+            stopped.setdefault(instance.instance_type or default, []).append(instance)
+    if not stopped:
+        return launches, []
+    kept: list[Launch] = []
+    starts: list[Start] = []
+    for launch in launches:
+        machine = launch.offering.instance_type if launch.offering is not None else default
+        waiting = stopped.get(machine)
+        if not waiting:
+            kept.append(launch)
             continue
-        offered.append(instance)
-        count, slots = count + 1, slots + size
-    return offered
-
-
-def starts_for(
-    ctx: Context, offered: list[Instance], free_after: list[tuple[int, int]]
-) -> list[Start]:
-    """A start for each offered machine the packing put tasks on, with the cold launch
-    that covers them if the cloud refuses the start for capacity."""
-    starts = []
-    for instance, (slots, free) in zip(offered, free_after, strict=True):
-        if free >= slots:
-            continue
-        shape = Shape(
-            instance.instance_type,
-            slots,
-            ctx.catalog.price_of(instance.instance_type, instance.spot),
-        )
+        instance = waiting.pop(0)
         # Not where the start was refused: that zone has no such machine now.
         elsewhere = tuple(
             o
-            for o in ctx.catalog.fallbacks(shape)
-            if not (
-                instance.zone
-                and o.zone == instance.zone
-                and o.instance_type == instance.instance_type
-            )
+            for o in launch.offerings
+            if not (instance.zone and o.zone == instance.zone and o.instance_type == machine)
         )
-        cold = Launch(
-            reason=f"pending tasks for stopped {instance.id}, whose start was refused",
-            offerings=elsewhere,
-        )
-        starts.append(
-            Start(
-                instance.id,
-                f"pending tasks fit on it ({slots - free} of {slots} slots): started, not launched",
-                cold,
-            )
-        )
-    return starts
-
-
-def as_existing(ctx: Context, offered: list[Instance]) -> list[Existing]:
-    """Offered stopped machines as packing sees them: all free, arriving."""
-    return [Existing(slots, slots) for slots in (ctx.slots(i, None) for i in offered)]
+        reason = f"{launch.reason}: started, not launched"
+        cold = replace(launch, offerings=elsewhere)
+        starts.append(Start(instance.id, reason, cold, offering_of(instance)))
+    return kept, starts
