@@ -137,6 +137,7 @@ def start_instead(ctx: Context, launches: list[Launch]) -> tuple[list[Launch], l
             if not (instance.zone and o.zone == instance.zone and o.instance_type == machine)
         )
         reason = f"{launch.reason}: started, not launched"
-        cold = replace(launch, offerings=elsewhere)
+        # A pool of one zone has nowhere else: its cold cover asks there again.
+        cold = replace(launch, offerings=elsewhere or launch.offerings)
         starts.append(Start(instance.id, reason, cold, offering_of(instance)))
     return kept, starts
