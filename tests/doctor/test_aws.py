@@ -528,3 +528,22 @@ def test_a_check_aws_will_not_answer_is_not_checked_and_a_bug_is_one_line() -> N
     assert unknown.fix == "allow DescribeImages to whoever runs doctor"
     (bug,) = guarded("aws.image", "pool p: AMI", lambda: [][0])
     assert bug.why == "doctor could not check this: IndexError('list index out of range')"
+
+
+def test_a_warm_pool_on_an_instance_store_ami_fails(account: Account) -> None:
+    ec2 = account.aws.client("ec2")
+    (store, *_) = ec2.describe_images(
+        Filters=[
+            {"Name": "root-device-type", "Values": ["instance-store"]},
+            {"Name": "architecture", "Values": ["x86_64"]},
+        ]
+    )["Images"]
+    big = account.pool("big")
+    big["provider"]["image_id"] = store["ImageId"]
+    # Without a warm pool the root device does not matter: machines are terminated.
+    assert only(run(account, account.config(big)), "aws.image", Status.OK)
+    big["provider"]["warm_pool"] = {"max_stopped": 2}
+    image = only(run(account, account.config(big)), "aws.image")
+    assert image.status is Status.FAIL
+    assert "instance-store root device, which EC2 cannot stop" in image.why
+    assert "EBS-backed AMI" in image.fix

@@ -37,7 +37,16 @@ def image(pool: Pool, view: Ec2View) -> Finding:
             f"the image is {architecture}, which {', '.join(misfits)} cannot run",
             f"use an image built for {'/'.join(needed)}, or instance types that run {architecture}",
         )
-    return ok("aws.image", what, f"{architecture}, {found.get('State', 'available')}")
+    root = str(found.get("RootDeviceType", "ebs"))
+    if p.warm_pool.enabled and root != "ebs":
+        return fail(
+            "aws.image",
+            what,
+            f"the warm pool stops machines, and a machine of this image boots from its "
+            f"{root} root device, which EC2 cannot stop",
+            "use an EBS-backed AMI (RootDeviceType ebs), or set warm_pool.max_stopped to 0",
+        )
+    return ok("aws.image", what, f"{architecture}, {root} root, {found.get('State', 'available')}")
 
 
 def offered(pool: Pool, view: Ec2View) -> list[Finding]:
