@@ -175,3 +175,22 @@ def test_reference_tables_keep_field_names_whole(tmp_path: Path) -> None:
     (rule,) = re.findall(r"\.md-typeset td:first-child code \{([^}]*)\}", css)
     assert "white-space: nowrap" in rule and "word-break: normal" in rule
     assert re.search(r"<td><code>max_idle_agent_period</code></td>", page)
+
+
+def test_every_metric_of_the_catalog_has_a_row_in_the_metrics_page() -> None:
+    from dynagent.report.metrics import CATALOG
+
+    rows = re.findall(
+        r"^\| `(\w+)` \| (\w+) \| ([^|]+) \|", (ROOT / "docs/metrics.md").read_text(), re.M
+    )
+    documented = {name: (unit, dimensions) for name, unit, dimensions in rows}
+    for spec in CATALOG:
+        assert spec.name in documented, f"docs/metrics.md has no row for {spec.name}"
+        unit, dimensions = documented[spec.name]
+        assert unit == spec.unit, spec.name
+        # The dimensions column names each dimension, in the catalog's order.
+        named = re.findall(r"(?:^|, )(\w+)", dimensions)
+        assert tuple(named) == spec.dimensions, spec.name
+        for value in spec.values:
+            assert f"`{value}`" in dimensions, f"{spec.name}: {value} not documented"
+    assert set(documented) == {spec.name for spec in CATALOG}

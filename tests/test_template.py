@@ -936,10 +936,12 @@ SEARCH = re.compile(
     r"'(?P<stat>\w+)', (?P<period>\d+)\)"
 )
 # What the dashboard must show, from the issue: fleet, demand, cost, launches and
-# terminations by reason, refusals by code, snapshot age.
+# terminations by reason, refusals by code, snapshot age; and the warm pool's stopped
+# machines by type, their disks' cost, stops, starts and refused starts (issue 29).
 DASHBOARD_METRICS = {
     "Instances", "Agents", "PendingSlots", "CostPerHour", "Launches", "Terminations",
-    "LaunchErrors", "SnapshotAge",
+    "LaunchErrors", "SnapshotAge", "StoppedInstances", "StoppedDiskCost", "Stops", "Starts",
+    "StartsRefused",
 }  # fmt: skip
 
 

@@ -236,6 +236,15 @@ def dashboard(name: str) -> dict[str, Any]:
         ("Snapshot age (s)", mean("SnapshotAge", "pool"), "LINE"),
         ("Pending at max_instances", mean("PendingAtMax", "pool"), "LINE"),
         ("Snapshots applied (5 min)", total("SnapshotsApplied", "pool"), "LINE"),
+        (
+            "Stopped machines by type (warm pool)",
+            mean("StoppedInstances", "pool, instance_type"),
+            "STACKED_AREA",
+        ),
+        ("Stopped machines' disks ($ per hour)", mean("StoppedDiskCost", "pool"), "STACKED_AREA"),
+        ("Stops (5 min)", total("Stops", "pool"), "STACKED_BAR"),
+        ("Starts (5 min)", total("Starts", "pool"), "STACKED_BAR"),
+        ("Refused starts by code (5 min)", total("StartsRefused", "pool, code"), "STACKED_BAR"),
     ]
     tiles = []
     for index, (title, query, plot) in enumerate(charts):

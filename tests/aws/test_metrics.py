@@ -250,3 +250,71 @@ def test_launches_pause_after_repeated_refusals_and_the_status_and_metrics_say_s
     resumed = reconcile(4)
     assert ("LaunchesPaused", "a100") not in resumed
     assert len(managed_instances(ec2)) == 1
+
+
+def test_the_warm_pool_counts_stops_starts_refusals_and_what_stopped_machines_cost(
+    aws: Any, ec2: Any, sqs: Any, stream: io.StringIO
+) -> None:
+    from .test_ec2_repack import two_subnets
+    from .test_warm_pool import STOPPED, Pass, idle_for, state_of
+
+    subnets = [s["SubnetId"] for s in two_subnets(ec2)]
+    document = pool_document(
+        image_id(ec2),
+        instance_type="p3.8xlarge",
+        offerings={"instance_types": ["p3.8xlarge", "p3.16xlarge"], "subnet_ids": subnets},
+        warm_pool={"max_stopped": 1},
+    )
+    functions = AwsFunctions(
+        config(document),
+        ec2_for_region=lambda _: ec2,
+        sleep=lambda _: None,
+        metrics=EmfWriter(stream),
+    )
+    send = Pass(sqs, functions)
+
+    def sent(**fields: Any) -> dict[tuple[str, ...], float]:
+        stream.seek(0)
+        stream.truncate()
+        send(**fields)
+        return points(documents(stream.getvalue()))
+
+    disk = functions.config.pools["a100"].provider.stopped_disk_per_hour
+    launched = sent(pending=[("exp-1", 4)])
+    # A warm pool's gauges every pass, zeros included, one series per type it offers.
+    assert launched[("StoppedInstances", "a100", "p3.8xlarge")] == 0.0
+    assert launched[("StoppedInstances", "a100", "p3.16xlarge")] == 0.0
+    assert launched[("StoppedDiskCost", "a100")] == 0.0
+    (machine,) = managed_instances(ec2)
+    instance_id, zone = str(machine["InstanceId"]), machine["Placement"]["AvailabilityZone"]
+    sent(agents=[(instance_id, 4, 0)])
+    idle_for(ec2, instance_id, minutes=30)
+
+    stopped = sent(agents=[(instance_id, 4, 0)])
+    assert state_of(ec2, instance_id) in STOPPED
+    assert stopped[("Stops", "a100")] == 1.0
+    assert stopped[("StoppedInstances", "a100", "p3.8xlarge")] == 1.0
+    assert stopped[("StoppedInstances", "a100", "p3.16xlarge")] == 0.0
+    assert stopped[("StoppedDiskCost", "a100")] == round(disk, 4) > 0
+    assert not [k for k in stopped if k[0] == "Terminations"]
+
+    started = sent(pending=[("exp-2", 4)])
+    assert started[("Starts", "a100")] == 1.0
+    assert state_of(ec2, instance_id) in ("pending", "running")
+    assert started[("StoppedInstances", "a100", "p3.8xlarge")] == 0.0
+    assert started[("StoppedDiskCost", "a100")] == 0.0
+    assert not {"StartsRefused", "Launches", "Stops"} & {k[0] for k in started}
+
+    # Idle again, stopped again; then no capacity left for its type in its zone: the
+    # start is refused, and its cold launch buys the type in the other subnet, in the
+    # same pass.
+    sent(agents=[(instance_id, 4, 0)])
+    idle_for(ec2, instance_id, minutes=30)
+    assert sent(agents=[(instance_id, 4, 0)])[("Stops", "a100")] == 1.0
+    aws.limit_capacity("p3.8xlarge", zone=zone, count=0)
+    refused = sent(pending=[("exp-3", 4)])
+    assert refused[("StartsRefused", "a100", "capacity")] == 1.0
+    assert ("Starts", "a100") not in refused
+    assert refused[("Launches", "a100", "demand")] == 1.0
+    assert refused[("StoppedInstances", "a100", "p3.8xlarge")] == 1.0
+    assert refused[("StoppedDiskCost", "a100")] == round(disk, 4)

@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from dynagent.aws import clients
+from dynagent.aws import clients, tags
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.status import STATUS_TAG, QueueTagStore, summary_from_tags
 from dynagent.cli.main import main
 from dynagent.cli.status_command import AwsSource, statuses, write
 from dynagent.core.config import Config
+from dynagent.core.fleet import Mark
 from dynagent.demo.aws_rig import AwsRig
 from dynagent.demo.pools import demo_config
 from dynagent.demo.run import START, Demo, Timeline, VirtualClock
@@ -97,6 +98,43 @@ def test_status_shows_the_pool_midday(midday: _Day) -> None:
     )
     assert "  last launch error at 2026-11-23T08:05:00Z: VcpuLimitExceeded" in text.getvalue()
     assert lines[-2:] == ["  next pass, with no snapshot (as the next sweep):", "    nothing to do"]
+
+
+def test_status_lists_a_stopped_machine_with_how_long_and_what_its_disk_costs(
+    midday: _Day,
+) -> None:
+    # The idle machine, stopped two minutes ago as a pass of a warm pool stops one: its
+    # agent's marks cleared, the time of the stop recorded.
+    ec2, now = midday.rig.ec2, midday.clock.now
+    (idle,) = [item["id"] for item in midday.status()["instances"] if item["state"] == "idle"]
+    ec2.stop_instances(InstanceIds=[idle])
+    ec2.delete_tags(
+        Resources=[idle],
+        Tags=[{"Key": tags.MARK_TAGS[m]} for m in (Mark.REGISTERED, Mark.IDLE_SINCE)],
+    )
+    stopped_at = tags.format_time(now - timedelta(minutes=2))
+    ec2.create_tags(Resources=[idle], Tags=[{"Key": "dynagent:stopped-at", "Value": stopped_at}])
+
+    view = midday.status()
+    assert view["counts"] == {"unregistered": 1, "busy": 2, "stopped": 1}
+    assert view["live"] == 3 and view["at_max"] is False
+    (row,) = [item for item in view["instances"] if item["id"] == idle]
+    assert (row["state"], row["type"], row["stopped_s"]) == ("stopped", "p3.8xlarge", 120)
+    assert all(item["stopped_s"] is None for item in view["instances"] if item["id"] != idle)
+    disk = midday.config.pools["gpu-a"].provider.stopped_disk_per_hour
+    assert view["stopped"] == {"machines": 1, "disk_per_hour": round(disk, 4)}
+
+    text = io.StringIO()
+    write([view], as_json=False, out=text)
+    lines = text.getvalue().splitlines()
+    assert lines[0] == (
+        "pool gpu-a (aws) at 2026-11-23T08:09:30Z: 3 of max 4 instances; "
+        f"1 unregistered, 2 busy, 1 stopped; 1 stopped machine, disk ${disk:.3f}/h"
+    )
+    header = ["instance", "state", "type", "age", "idle", "stopped", "registered"]
+    assert lines[1].split() == header
+    (line,) = [line for line in lines if line.startswith(f"  {idle} ")]
+    assert line.split() == [idle, "stopped", "p3.8xlarge", "4m", "-", "2m", "-"]
 
 
 def test_status_previews_the_sweep_later_in_the_day(midday: _Day) -> None:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from dynagent.core.decide import decide
-from dynagent.core.fleet import InstanceState
-from dynagent.core.plan import Launch, Plan
+from dynagent.core.fleet import Instance, InstanceState
+from dynagent.core.plan import Launch, Plan, Start, Stop, Termination
 from dynagent.core.snapshot import Agent, Snapshot
 from dynagent.report.metrics import BY_NAME, CATALOG, Point, point
 from dynagent.report.pass_metrics import dead_letter_point, pass_points
-from dynagent.run.provider import LaunchErrorKind, LaunchResult
+from dynagent.run.provider import LaunchErrorKind, LaunchResult, StartResult
 from dynagent.run.reconcile import Outcome
 from tests.builders import (
     NOW,
@@ -226,6 +227,93 @@ def test_a_point_must_be_in_the_catalog() -> None:
         point("Agents", 1, "gpu")
     with pytest.raises(ValueError, match="not one of"):
         point("Agents", 1, "gpu", state="asleep")
-    # Every dimension other than pool lists its values: an emitter can check them.
-    assert all(spec.values for spec in CATALOG if len(spec.dimensions) > 1)
+    with pytest.raises(ValueError, match="not a machine type"):
+        point("StoppedInstances", 1, "gpu", instance_type="i-0123 (stopped)")
+    assert point("StoppedInstances", 1, "gpu", instance_type="n1-standard-32").labels() == {
+        "pool": "gpu",
+        "instance_type": "n1-standard-32",
+    }
+    # Every dimension other than pool lists its values, or is a machine type the
+    # emitter bounds by the pool's config: an emitter can check them.
+    assert all(spec.values or spec.machine_types for spec in CATALOG if len(spec.dimensions) > 1)
     assert set(BY_NAME) == {spec.name for spec in CATALOG}
+
+
+def _stopped(instance_id: str, kind: str, state: InstanceState = InstanceState.STOPPED) -> Instance:
+    return replace(instance(instance_id, state=state), instance_type=kind)
+
+
+WARM = {"max_stopped": 4}
+
+
+def test_the_warm_pool_reports_the_stopped_machines_it_leaves_and_what_it_did() -> None:
+    offerings = {"instance_types": ["g5.xlarge", "g5.12xlarge"]}
+    the_pool = pool(instance_type="g5.12xlarge", offerings=offerings, warm_pool=WARM)
+    observed = fleet(
+        _stopped("i-kept", "g5.xlarge"),
+        _stopped("i-stopping", "g5.12xlarge", InstanceState.STOPPING),
+        _stopped("i-deleted", "g5.xlarge"),
+        _stopped("i-started", "g5.xlarge"),
+        _stopped("i-refused", "g5.12xlarge"),
+        _stopped("i-old-type", "p3.8xlarge"),  # a type the pool no longer offers
+        replace(agent_instance("i-idle", idle_since=ago(30)), instance_type="g5.xlarge"),
+    )
+    cold = Launch("exp-2 on i-refused's type elsewhere", ("exp-2",), cause="demand")
+    plan = Plan(
+        POOL_NAME,
+        "gpu:7",
+        NOW,
+        terminations=(Termination("i-deleted", "drifted", cause="drifted"),),
+        stops=(Stop("i-idle", "idle for 30m: kept for the warm pool"),),
+        starts=(Start("i-started", "exp-1", cold), Start("i-refused", "exp-2", cold)),
+    )
+    start = StartResult(
+        started=("i-started",),
+        refused=(("i-refused", "InsufficientInstanceCapacity: none", LaunchErrorKind.CAPACITY),),
+    )
+    # The refused start's cold launch started a new machine in the same pass.
+    outcome = Outcome(
+        POOL_NAME, plan, LaunchResult(started=("i-new",)), fleet=observed, start=start
+    )
+    found = values(pass_points(outcome, the_pool, NOW))
+    disk = the_pool.provider.stopped_disk_per_hour
+    assert disk > 0
+    warm = {k: v for k, v in found.items() if k[0] not in ("Instances", "CostPerHour")}
+    assert warm == {
+        # Kept: i-kept and i-idle (stopped now); i-stopping and i-refused; i-old-type.
+        ("StoppedInstances", "g5.xlarge"): 2,
+        ("StoppedInstances", "g5.12xlarge"): 2,
+        ("StoppedInstances", "other"): 1,
+        ("StoppedDiskCost",): round(5 * disk, 4),
+        ("Stops",): 1,
+        ("Starts",): 1,
+        ("StartsRefused", "capacity"): 1,
+        ("Terminations", "drifted"): 1,
+        ("Launches", "demand"): 1,
+    }
+
+
+def test_stopped_gauges_are_zeros_for_a_warm_pool_and_absent_without_one() -> None:
+    empty = Plan(POOL_NAME, "gpu:7", NOW)
+    warm = pool(warm_pool=WARM)
+    found = values(pass_points(Outcome(POOL_NAME, empty, fleet=fleet()), warm, NOW))
+    assert found[("StoppedInstances", "p3.8xlarge")] == 0
+    assert found[("StoppedDiskCost",)] == 0
+    cold = pool()
+    found = values(pass_points(Outcome(POOL_NAME, empty, fleet=fleet()), cold, NOW))
+    assert not {"StoppedInstances", "StoppedDiskCost"} & {k[0] for k in found}
+    # A pool without a warm pool that still has stopped machines (one turned off, a
+    # machine stopped by hand) shows them until they are gone: they bill their disks.
+    left = fleet(instance("i-left", state=InstanceState.STOPPED))
+    found = values(pass_points(Outcome(POOL_NAME, empty, fleet=left), cold, NOW))
+    assert found[("StoppedInstances", "p3.8xlarge")] == 1  # of unknown type: the pool's
+    assert found[("StoppedDiskCost",)] == round(cold.provider.stopped_disk_per_hour, 4)
+
+
+@pytest.mark.parametrize("kind", list(LaunchErrorKind))
+def test_refused_starts_are_counted_by_the_kind_their_adapter_gave(kind: LaunchErrorKind) -> None:
+    plan = Plan(POOL_NAME, "gpu:7", NOW)
+    refused = StartResult(refused=(("i-1", "words", kind), ("i-2", "words", kind)))
+    assert values(pass_points(Outcome(POOL_NAME, plan, start=refused), None, NOW)) == {
+        ("StartsRefused", kind.value): 2
+    }

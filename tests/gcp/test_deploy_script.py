@@ -839,10 +839,13 @@ def test_the_dashboard_charts_catalog_metrics(printed: Run) -> None:
     assert charted <= set(BY_NAME)
     assert {
         "Instances", "Agents", "PendingSlots", "CostPerHour", "Launches", "Terminations",
-        "LaunchErrors", "SnapshotAge",
+        "LaunchErrors", "SnapshotAge", "StoppedInstances", "StoppedDiskCost", "Stops",
+        "Starts", "StartsRefused",
     } <= charted  # fmt: skip
     assert any("by (pool, reason)" in q and "Terminations" in q for q in queries)
     assert any("by (pool, code)" in q and "LaunchErrors" in q for q in queries)
+    assert any("by (pool, instance_type)" in q and "StoppedInstances" in q for q in queries)
+    assert any("by (pool, code)" in q and "StartsRefused" in q for q in queries)
 
 
 def test_an_alert_email_gets_a_channel_that_every_policy_notifies(tmp_path: Path) -> None:

@@ -116,3 +116,47 @@ def test_a_message_set_aside_is_counted_for_its_pool_or_unknown(
         ("DeadLetters", "unknown", 1),
         ("DeadLetters", "t4", 1),
     ]
+
+
+def test_a_warm_pool_logs_its_stopped_machines_by_type_and_their_disk_cost(
+    compute: LocalCompute, at: datetime, stream: io.StringIO
+) -> None:
+    from dynagent.core.fleet import Mark
+    from dynagent.core.plan import MarkWrite
+    from dynagent.gcp.compute import GceProvider
+
+    instances, operations = compute.instances_client(), compute.zone_operations_client()
+    functions = GcpFunctions(
+        config(gcp_pool_document(warm_pool={"max_stopped": 2})),
+        instances=lambda: instances,
+        operations=lambda: operations,
+        clock=lambda: at,
+        sleep=lambda _: None,
+        metrics=MetricLog(stream),
+    )
+    published = snapshot(1, pool="t4", pending=[("x", 4)], time=at)
+    functions.reconcile_event(event(published.to_json().encode()))
+    launched = values(entries(stream))
+    assert launched[("StoppedInstances", "t4", "n1-standard-32")] == 0
+    assert launched[("StoppedDiskCost", "t4")] == 0
+    (vm,) = managed(compute)
+
+    # The VM stopped by a pass an hour ago: TERMINATED, with the pass's label.
+    pool = functions.config.pools["t4"]
+    compute.set_status(vm["name"], "TERMINATED")
+    GceProvider(pool, instances, operations).write_marks(
+        (MarkWrite(Mark.STOPPED_AT, at - timedelta(hours=1), (vm["name"],), "stopped"),)
+    )
+    functions.sweep()
+    found = entries(stream)
+    swept = values(found)
+    assert swept[("StoppedInstances", "t4", "n1-standard-32")] == 1
+    disk = pool.provider.stopped_disk_per_hour
+    assert disk > 0 and swept[("StoppedDiskCost", "t4")] == round(disk, 4)
+    assert not [k for k in swept if k[0] == "Terminations"]  # the warm pool keeps it
+    stopped = next(e for e in found if e["metric"] == "StoppedInstances")
+    assert (stopped["pool"], stopped["instance_type"], stopped["unit"]) == (
+        "t4",
+        "n1-standard-32",
+        "Count",
+    )

@@ -106,6 +106,48 @@ def test_status_shows_the_pool_midday(
     assert cli_view["last_snapshot"]["launch_error"] == "ZONE_RESOURCE_POOL_EXHAUSTED"
 
 
+def test_status_lists_a_stopped_vm_with_how_long_and_what_its_disk_costs(midday: _Day) -> None:
+    from dynagent.core.fleet import Mark
+    from dynagent.core.plan import MarkWrite
+    from dynagent.gcp.compute import GceProvider
+
+    now, compute = midday.clock.now, midday.rig.compute
+    (idle,) = [i for i in midday.status()["instances"] if i["state"] == "idle"]
+    # Stopped 90 seconds ago, as a pass of a warm pool stops one: TERMINATED, its agent's
+    # marks cleared and the stop's time labelled, through the real compute client.
+    compute.set_status(idle["id"], "TERMINATED")
+    pool = midday.config.pools["gpu-t4"]
+    GceProvider(
+        pool, compute.instances_client(), compute.zone_operations_client(), clock=lambda: now
+    ).write_marks(
+        (
+            MarkWrite(Mark.STOPPED_AT, now - timedelta(seconds=90), (idle["id"],), "stopped"),
+            MarkWrite(Mark.REGISTERED, None, (idle["id"],), "stopped"),
+            MarkWrite(Mark.IDLE_SINCE, None, (idle["id"],), "stopped"),
+        )
+    )
+
+    view = midday.status()
+    assert view["counts"] == {"unregistered": 1, "busy": 2, "stopped": 1}
+    (row,) = [i for i in view["instances"] if i["id"] == idle["id"]]
+    assert (row["state"], row["type"], row["stopped_s"]) == ("stopped", idle["type"], 90)
+    disk = pool.provider.stopped_disk_per_hour
+    assert disk > 0 and view["stopped"] == {"machines": 1, "disk_per_hour": round(disk, 4)}
+
+    text = io.StringIO()
+    write([view], as_json=False, out=text)
+    lines = text.getvalue().splitlines()
+    assert lines[0] == (
+        "pool gpu-t4 (gcp) at 2026-11-23T08:09:30Z: 3 of max 4 instances; "
+        f"1 unregistered, 2 busy, 1 stopped; 1 stopped machine, disk ${disk:.3f}/h"
+    )
+    assert lines[1].split() == [
+        "instance", "state", "type", "age", "idle", "stopped", "registered",
+    ]  # fmt: skip
+    (line,) = [line for line in lines if line.startswith(f"  {idle['id']} ")]
+    assert line.split()[1:7] == ["stopped", idle["type"], "4m", "-", "1m30s", "-"]
+
+
 def test_a_launch_pause_survives_the_topic_labels_round_trip() -> None:
     from datetime import UTC, datetime
 

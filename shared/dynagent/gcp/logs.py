@@ -49,8 +49,8 @@ def metric_entry(point: Point, at: datetime) -> dict[str, Any]:
     - ``metric``: a name from ``dynagent.report.metrics.CATALOG``;
     - ``value``: a number (an int when whole); ``unit``: the catalog's (CloudWatch's names);
     - ``pool``, and the metric's other catalog dimensions, each its own field: ``state``
-      (Agents, Instances), ``reason`` (Launches, Terminations), ``code`` (LaunchErrors),
-      ``kind`` (Interruptions).
+      (Agents, Instances), ``reason`` (Launches, Terminations), ``code`` (LaunchErrors,
+      StartsRefused), ``kind`` (Interruptions), ``instance_type`` (StoppedInstances).
 
     A log-based metric for one name: filter ``jsonPayload.message="dynagent metric" AND
     jsonPayload.metric="Instances"``, value extractor ``EXTRACT(jsonPayload.value)``

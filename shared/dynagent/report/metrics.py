@@ -4,10 +4,13 @@ The AWS functions write them as CloudWatch embedded metric format (Powertools Me
 the GCP functions as structured log entries that log-based metrics read. The dashboard
 and alarms in template.yaml, and those infra/gcp/deploy.sh creates, name only these.
 Dimensions stay low-cardinality: a pool, a reason, a code, a state; never an instance.
+A machine type is one too, bounded by the pool's config: the emitter names each type
+the pool offers, and ``other`` for one it does not (``OTHER_TYPE``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -19,6 +22,11 @@ AGENT_STATES: Final = ("idle", "busy", "draining")
 INSTANCE_STATES: Final = ("starting", "running", "stopping", "stopped")
 LAUNCH_ERROR_CODES: Final = ("capacity", "quota", "throttling", "other")
 INTERRUPTION_KINDS: Final = ("interruption", "rebalance", "preempted")
+# A machine type the pool does not offer (any more), as ``instance_type``'s value.
+OTHER_TYPE: Final = "other"
+# What an ``instance_type`` value may look like: EC2's p3.8xlarge, Compute Engine's
+# n1-standard-32, or OTHER_TYPE. Which of them a pass names, its pool's config bounds.
+_MACHINE_TYPE = re.compile(r"[a-z0-9][a-z0-9.\-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,9 @@ class MetricSpec:
     description: str
     # The values a dimension other than ``pool`` takes.
     values: tuple[str, ...] = ()
+    # The dimension other than ``pool`` is ``instance_type``: its values are the pool's
+    # machine types and OTHER_TYPE, which the emitter bounds by the pool's config.
+    machine_types: bool = False
 
 
 CATALOG: Final = (
@@ -53,6 +64,20 @@ CATALOG: Final = (
     MetricSpec(
         "Interruptions", "Count", ("pool", "kind"), "spot reclaims seen", INTERRUPTION_KINDS
     ),
+    # The warm pool (docs/warm-pools.md).
+    MetricSpec(
+        "StoppedInstances",
+        "Count",
+        ("pool", "instance_type"),
+        "stopped machines the warm pool keeps, by type",
+        machine_types=True,
+    ),
+    MetricSpec(
+        "StoppedDiskCost", "None", ("pool",), "dollars per hour the stopped machines' disks bill"
+    ),
+    MetricSpec("Stops", "Count", ("pool",), "idle machines stopped for the warm pool"),
+    MetricSpec("Starts", "Count", ("pool",), "stopped machines started"),
+    MetricSpec("StartsRefused", "Count", ("pool", "code"), "starts refused", LAUNCH_ERROR_CODES),
 )
 
 BY_NAME: Final = {spec.name: spec for spec in CATALOG}
@@ -64,6 +89,7 @@ class Point:
 
     Built only through the catalog: an unknown name, a missing dimension or a value the
     catalog does not list raises, so no emitter can write what dashboards don't name.
+    (A machine type must look like one; ``pass_metrics`` names only its pool's.)
     """
 
     name: str
@@ -80,7 +106,10 @@ class Point:
         if ("pool", *names) != spec.dimensions:
             raise ValueError(f"{self.name} has dimensions {spec.dimensions}, not pool+{names}")
         for _, value in self.dimensions:
-            if value not in spec.values:
+            if spec.machine_types:
+                if not _MACHINE_TYPE.fullmatch(value):
+                    raise ValueError(f"{self.name}: {value!r} is not a machine type")
+            elif value not in spec.values:
                 raise ValueError(f"{self.name}: {value!r} is not one of {spec.values}")
 
     @property

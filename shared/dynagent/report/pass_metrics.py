@@ -5,12 +5,15 @@ What a pass emits:
 
 - Gauges, every pass that knows them, zeros included, so a graph or an alarm reads a
   steady series: ``Instances`` (each state) and ``CostPerHour`` from the observed fleet;
+  ``StoppedInstances`` (each type the pool offers) and ``StoppedDiskCost`` from the
+  fleet the pass leaves, for a pool with a warm pool or stopped machines kept;
   ``PendingSlots``, ``Agents`` (each state) and ``PendingAtMax`` from a snapshot only (a
   sweep does not know demand or agents). Several passes a minute each report them: read
   gauges with Maximum or Average, never Sum.
 - Counters only when not zero: ``Launches``, ``Terminations``, ``SpotRequestsCancelled``,
-  ``LaunchErrors``, and ``LaunchesPaused`` (1 for a pass whose launches
-  launch_error_timeout/retries held). An alarm on them treats missing data as not breaching.
+  ``LaunchErrors``, ``Stops``, ``Starts``, ``StartsRefused``, and ``LaunchesPaused`` (1
+  for a pass whose launches launch_error_timeout/retries held). An alarm on them treats
+  missing data as not breaching.
 - ``SnapshotAge`` for a snapshot the pass applied or skipped as too old (then it is what
   says the queue is behind); ``SnapshotsApplied`` 1 and ``ReconcileDuration`` for each
   pass that ran. A pass that failed emits nothing: the function's errors count it.
@@ -24,11 +27,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from dynagent.core.config import Pool
-from dynagent.core.fleet import Fleet
+from dynagent.core.fleet import Fleet, InstanceState
 from dynagent.core.plan import Launch, Plan
 from dynagent.core.snapshot import Snapshot, snapshot_age
-from dynagent.report.metrics import AGENT_STATES, INSTANCE_STATES, Point, point
-from dynagent.run.provider import LaunchErrorKind, LaunchResult
+from dynagent.report.metrics import AGENT_STATES, INSTANCE_STATES, OTHER_TYPE, Point, point
+from dynagent.run.provider import LaunchErrorKind, LaunchResult, StartResult
 from dynagent.run.reconcile import Outcome
 
 
@@ -52,7 +55,10 @@ def pass_points(outcome: Outcome, pool: Pool | None, now: datetime) -> list[Poin
         points.append(point("ReconcileDuration", round(outcome.duration * 1000, 3), name))
     if outcome.fleet is not None:
         points += _fleet(name, outcome.fleet, pool)
-    points += _actions(name, plan, outcome.launches, outcome.launch)
+        if pool is not None:
+            points += _stopped(name, outcome.fleet, plan, outcome.start, pool)
+    points += _actions(name, plan, _tried(outcome), outcome.launch)
+    points += _starts(name, outcome.start)
     if outcome.launches_paused_until is not None:
         points.append(point("LaunchesPaused", 1, name))
     return points
@@ -84,6 +90,70 @@ def _fleet(name: str, fleet: Fleet, pool: Pool | None) -> list[Point]:
     return points
 
 
+_STOPPED = (InstanceState.STOPPED, InstanceState.STOPPING)
+
+
+def stopped_types(fleet: Fleet, plan: Plan, start: StartResult | None) -> list[str]:
+    """The types of the stopped machines a pass leaves ("" when unknown): those observed
+    stopped or stopping that the plan does not terminate and the cloud did not start,
+    then those the plan stops."""
+    gone = {t.instance_id for t in plan.terminations}
+    gone.update(start.started if start is not None else ())
+    kept = {i.id: i.instance_type for i in fleet.instances if i.state in _STOPPED}
+    kept = {i: kind for i, kind in kept.items() if i not in gone}
+    for stop in plan.stops:
+        if stop.instance_id not in kept:
+            found = fleet.instance(stop.instance_id)
+            kept[stop.instance_id] = found.instance_type if found is not None else ""
+    return list(kept.values())
+
+
+def _stopped(
+    name: str, fleet: Fleet, plan: Plan, start: StartResult | None, pool: Pool
+) -> list[Point]:
+    """``StoppedInstances`` for each type the pool offers (zeros too), then ``other``
+    for types it does not (when there are such), and ``StoppedDiskCost``: for a pool with
+    a warm pool, or one that still keeps stopped machines. Types come from the pool's
+    config, never from the cloud: the series stay as few as its offerings."""
+    types = stopped_types(fleet, plan, start)
+    provider = pool.provider
+    if not (provider.warm_pool.enabled or types):
+        return []
+    catalog = provider.catalog(fleet.spot_prices, fleet.unavailable)
+    offered = tuple(dict.fromkeys(o.instance_type for o in catalog.offerings))
+    counts = Counter(
+        kind if kind in offered else OTHER_TYPE for kind in (t or offered[0] for t in types)
+    )
+    shown = offered + ((OTHER_TYPE,) if counts[OTHER_TYPE] else ())
+    points = [point("StoppedInstances", counts[t], name, instance_type=t) for t in shown]
+    cost = len(types) * provider.stopped_disk_per_hour
+    points.append(point("StoppedDiskCost", round(cost, 4), name))
+    return points
+
+
+def _tried(outcome: Outcome) -> tuple[Launch, ...]:
+    """Every launch the pass tried, in the order it tried them: the plan's, the cold
+    launches of the starts the cloud refused, then each re-pack's."""
+    plan, start = outcome.plan, outcome.start
+    if plan is None:
+        return ()
+    refused = {instance_id for instance_id, _, _ in start.refused} if start else set()
+    cold = tuple(s.cold for s in plan.starts if s.instance_id in refused)
+    repacked = tuple(launch for r in outcome.repacks for launch in r.plan.launches)
+    return plan.launches + cold + repacked
+
+
+def _starts(name: str, start: StartResult | None) -> list[Point]:
+    """What starting stopped machines did: those the cloud started, and its refusals by
+    the kind their adapter gave them."""
+    if start is None:
+        return []
+    points = [point("Starts", len(start.started), name)] if start.started else []
+    refused = Counter(kind.value for _, _, kind in start.refused)
+    points += [point("StartsRefused", n, name, code=code) for code, n in refused.items()]
+    return points
+
+
 def _actions(
     name: str, plan: Plan, launches: tuple[Launch, ...], launch: LaunchResult | None
 ) -> list[Point]:
@@ -95,6 +165,8 @@ def _actions(
     points += [
         point("Terminations", count, name, reason=reason) for reason, count in terminated.items()
     ]
+    if plan.stops:
+        points.append(point("Stops", len(plan.stops), name))
     if plan.cancellations:
         points.append(point("SpotRequestsCancelled", len(plan.cancellations), name))
     seen = Counter(i.kind for i in plan.interruptions)

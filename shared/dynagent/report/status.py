@@ -128,6 +128,7 @@ def instance_state(instance: Instance) -> str:
 
 
 STATE_ORDER = ("starting", "unregistered", "busy", "idle", "disconnected", "stopping", "stopped")
+_STOPPED = (InstanceState.STOPPED, InstanceState.STOPPING)
 
 
 def pool_status(
@@ -161,6 +162,8 @@ def pool_status(
                 "registered_at": _iso(instance.registered_at),
                 "idle_s": _since(instance.idle_since, now),
                 "disconnected_s": _since(instance.disconnected_since, now),
+                # Since a pass stopped it for the warm pool (None: not recorded).
+                "stopped_s": _since(instance.stopped_at, now),
             }
         )
     requests = [
@@ -186,6 +189,8 @@ def pool_status(
         slot_cap is not None and slots >= slot_cap
     )
     plan = decide(pool, fleet, None, now, settings)
+    # Stopped or stopping, they bill their disks (whether kept by a warm pool or not).
+    stopped = sum(1 for i in fleet.instances if i.state in _STOPPED)
     last: dict[str, Any] | None = None
     if summary is not None:
         last = asdict(summary)
@@ -209,6 +214,10 @@ def pool_status(
         "max_slots": slot_cap,
         "max_machines": machines,
         "at_max": at_max,
+        "stopped": {
+            "machines": stopped,
+            "disk_per_hour": round(stopped * provider.stopped_disk_per_hour, 4),
+        },
         "last_snapshot": last,
         "last_snapshot_unread": unread if summary is None else None,
         "plan": {"basis": "no snapshot (as the next sweep)", "actions": plan.describe()},
@@ -234,9 +243,20 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
             + (f" of max {machines}" if machines is not None else "")
             + f", {status['slots']} of max {status['max_slots']} slots"
         )
+    stopped = status.get("stopped") or {"machines": 0}
+    if stopped["machines"]:
+        machines = stopped["machines"]
+        counts += (
+            f"; {machines} stopped machine{'s' if machines > 1 else ''}, "
+            f"disk ${stopped['disk_per_hour']:.3f}/h"
+        )
     lines = [f"{title} at {status['now']}: {size}{bound}" + (f"; {counts}" if counts else "")]
-    rows: list[tuple[str, ...]] = [("instance", "state", "type", "age", "idle", "registered")]
+    # How long each has been stopped, in a column of its own while any is.
+    when = bool(stopped["machines"])
+    header = ("instance", "state", "type", "age", "idle", *(("stopped",) * when), "registered")
+    rows: list[tuple[str, ...]] = [header]
     for item in status["instances"]:
+        since = item.get("stopped_s")
         rows.append(
             (
                 item["id"],
@@ -244,6 +264,7 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
                 item["type"],
                 _ago(item["age_s"]),
                 _ago(item["idle_s"]) if item["idle_s"] is not None else "-",
+                *((_ago(since) if since is not None else "-",) * when),
                 item["registered_at"] or "-",
             )
         )
