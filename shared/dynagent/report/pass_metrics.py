@@ -57,7 +57,7 @@ def pass_points(outcome: Outcome, pool: Pool | None, now: datetime) -> list[Poin
         points += _fleet(name, outcome.fleet, pool)
         if pool is not None:
             points += _stopped(name, outcome.fleet, plan, outcome.start, pool)
-    points += _actions(name, plan, _tried(outcome), outcome.launch)
+    points += _actions(name, plan, outcome.launches, outcome.launch)
     points += _starts(name, outcome.start)
     if outcome.launches_paused_until is not None:
         points.append(point("LaunchesPaused", 1, name))
@@ -129,18 +129,6 @@ def _stopped(
     cost = len(types) * provider.stopped_disk_per_hour
     points.append(point("StoppedDiskCost", round(cost, 4), name))
     return points
-
-
-def _tried(outcome: Outcome) -> tuple[Launch, ...]:
-    """Every launch the pass tried, in the order it tried them: the plan's, the cold
-    launches of the starts the cloud refused, then each re-pack's."""
-    plan, start = outcome.plan, outcome.start
-    if plan is None:
-        return ()
-    refused = {instance_id for instance_id, _, _ in start.refused} if start else set()
-    cold = tuple(s.cold for s in plan.starts if s.instance_id in refused)
-    repacked = tuple(launch for r in outcome.repacks for launch in r.plan.launches)
-    return plan.launches + cold + repacked
 
 
 def _starts(name: str, start: StartResult | None) -> list[Point]:

@@ -63,9 +63,15 @@ class Outcome:
 
     @property
     def launches(self) -> tuple[Launch, ...]:
-        """Every launch the pass tried: the plan's, then each re-pack's."""
-        planned = self.plan.launches if self.plan is not None else ()
-        return planned + tuple(launch for r in self.repacks for launch in r.plan.launches)
+        """Every launch the pass tried, in order: the plan's, the cold launches of the
+        starts the cloud refused, then each re-pack's."""
+        plan, start = self.plan, self.start
+        if plan is None:
+            return ()
+        refused = {instance_id for instance_id, _, _ in start.refused} if start else set()
+        cold = tuple(s.cold for s in plan.starts if s.instance_id in refused)
+        repacked = tuple(launch for r in self.repacks for launch in r.plan.launches)
+        return plan.launches + cold + repacked
 
     def report(self) -> dict[str, Any]:
         """A JSON-ready summary: every action with its reason."""
