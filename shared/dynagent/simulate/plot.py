@@ -139,7 +139,7 @@ def fleet_charts(replay: Replay) -> list[str]:
                 _timeline_title(replay.column(run.policy)),
                 [],
                 _fleet_bands(timed),
-                x_label=f"{unit_name} since the trace's start",
+                x_label=_fleet_x_label(unit_name, run.end - end),
                 y_label="GPUs (mean over each step)",
                 y_max=max(cap, peak, 1) * 1.1,
                 rules=rules,
@@ -147,6 +147,14 @@ def fleet_charts(replay: Replay) -> list[str]:
             )
         )
     return charts
+
+
+def _fleet_x_label(unit_name: str, beyond: int) -> str:
+    """The time axis's label, saying how long the run billed past the axis's end."""
+    label = f"{unit_name} since the trace's start"
+    if beyond > 0:
+        label += f" (the run went on {_duration(beyond)} past the axis, its fleet not settled)"
+    return label
 
 
 def _fleet_bands(timed: Sequence[tuple[float, tuple[int, float, float, float]]]) -> list[Band]:
