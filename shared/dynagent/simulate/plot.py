@@ -186,6 +186,8 @@ def backlog_chart(replay: Replay) -> str:
         [],
         x_label=f"{unit_name} since the trace's start",
         y_label="GPUs queued (mean over each step)",
+        # Room above the peak for the trace's end's label.
+        y_max=max((y for line in lines for _, y in line.points), default=0) * 1.15 or 1,
         rules=_trace_end_rule(replay, end, unit, unit_name),
         x_range=(0, (end - start) / unit),
     )
