@@ -68,7 +68,7 @@ def test_it_prints_the_table_and_writes_json_and_a_plot(
     assert ours["wait_max"] == 180 and ours["never_scheduled"] == 0
     assert ours["cost"] == pytest.approx(ours["instance_hours"] * 32.7726, rel=1e-3)
     page = files["out.html"].read_text()
-    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4
     assert "billed GPU-hours / limit" in page  # the table comes along
 
 

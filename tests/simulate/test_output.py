@@ -53,10 +53,11 @@ def test_the_document_is_json() -> None:
 
 def test_plots_are_svg_or_html(tmp_path: Path) -> None:
     charts = timeline_charts(replay_both(trace((0, 3600, 8), (4000, 600, 16))))
-    assert len(charts) == 2 and all(c.startswith("<svg") for c in charts)
+    # The waits, the backlog, and the fleet of each policy.
+    assert len(charts) == 4 and all(c.startswith("<svg") for c in charts)
     write_plot(tmp_path / "p.svg", "t", charts)
     stacked = (tmp_path / "p.svg").read_text()
-    assert stacked.count("<svg") == 3 and 'y="300"' in stacked
+    assert stacked.count("<svg") == 5 and 'y="900"' in stacked
     write_plot(tmp_path / "p.html", "a <title>", charts, "the table")
     page = (tmp_path / "p.html").read_text()
     assert "a &lt;title&gt;" in page and "<pre>the table</pre>" in page

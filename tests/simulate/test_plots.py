@@ -1,7 +1,9 @@
-"""What the plots show a person, read back from their SVG: the GPUs billed and running
-no task as a band of their own, one GPU scale for both policies, and sweep charts whose
-labels stay clear of the axes and whose wait axes do not stretch a few seconds across
-the whole width.
+"""What the plots show a person, read back from their SVG: the waits as the share of
+tasks started within each wait, one line per policy; the backlog on a panel of its own;
+the GPUs billed and running no task as a band of their own, on one scale for both
+policies that is the fleet's and the cap's (the cap drawn), not the demand's; time axes
+that end soon after the last task; and sweep charts whose labels stay clear of the axes
+and whose wait axes do not stretch a few seconds across the whole width.
 
 Text boxes are estimated here on their own, on the wide side: no glyph of a 12 px sans
 is wider than 12 px, and none but the likes of m and w wider than 0.7 of it.
@@ -9,14 +11,24 @@ is wider than 12 px, and none but the likes of m and w wider than 0.7 of it.
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import math
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from dynagent.simulate.boot import BootModel
 from dynagent.simulate.chart import Point, PointGroup, axis_range, point_chart
-from dynagent.simulate.plot import sweep_charts, timeline_charts
+from dynagent.simulate.plot import (
+    backlog_chart,
+    fleet_charts,
+    last_task_end,
+    plot_end,
+    pool_cap,
+    sweep_charts,
+    wait_chart,
+)
 from dynagent.simulate.run import RunOptions
 from dynagent.simulate.sweep import SweepSpec, sweep
 
@@ -33,7 +45,9 @@ def texts(svg: ET.Element, kind: str) -> list[ET.Element]:
 
 
 def value(text: ET.Element) -> float:
-    return float((text.text or "").replace("$", "").replace(",", ""))
+    """A tick's number: dollars and thousands as written, a percentage as a share."""
+    label = (text.text or "").replace("$", "").replace(",", "")
+    return float(label[:-1]) / 100 if label.endswith("%") else float(label)
 
 
 def text_box(text: ET.Element) -> Box:
@@ -65,13 +79,13 @@ def test_both_policies_share_one_gpu_scale() -> None:
     result = replay_both(trace((0, 3600, 1), (600, 1800, 2)), mixed_pool())
     peaks = [max(fleet for _, _, fleet, _ in run.series.samples) for run in result.runs]
     assert len(set(peaks)) == 2  # their fleets peak apart, so one scale is a choice
-    tops = [max(map(value, texts(ET.fromstring(c), "tick-y"))) for c in timeline_charts(result)]
+    tops = [max(map(value, texts(ET.fromstring(c), "tick-y"))) for c in fleet_charts(result)]
     assert len(tops) == 2 and tops[0] == tops[1] >= max(peaks)
 
 
 def test_the_gpus_billed_and_running_no_task_are_a_band_of_their_own() -> None:
     result = replay_both(JOBS)
-    for chart, run in zip(timeline_charts(result), result.runs, strict=True):
+    for chart, run in zip(fleet_charts(result), result.runs, strict=True):
         svg = ET.fromstring(chart)
         bands = {e.get("data-series"): e for e in svg.iter(f"{SVG}polygon")}
         column = result.column(run.policy)
@@ -80,12 +94,122 @@ def test_the_gpus_billed_and_running_no_task_are_a_band_of_their_own() -> None:
         drawn = polygon_area(bands["idle"]) / polygon_area(bands["busy"])
         billed = (column.gpu_hours - column.busy_gpu_hours) / column.busy_gpu_hours
         assert billed > 0.1 and drawn == pytest.approx(billed, rel=0.01)
-        demand = next(e for e in svg.iter(f"{SVG}polyline") if e.get("data-series") == "demand")
-        # Where demand equals busy its line lies on the busy area's edge: dashed, and of
-        # a colour neither area has.
-        assert demand.get("stroke-dasharray")
-        colours = {bands["idle"].get("fill"), bands["busy"].get("fill"), demand.get("stroke")}
-        assert len(colours) == 3
+        assert bands["idle"].get("fill") != bands["busy"].get("fill")
+
+
+def polyline(svg: ET.Element, series: str) -> list[tuple[float, float]]:
+    line = next(e for e in svg.iter(f"{SVG}polyline") if e.get("data-series") == series)
+    return [(float(x), float(y)) for x, y in (p.split(",") for p in line.get("points", "").split())]
+
+
+def y_scale(svg: ET.Element) -> tuple[float, float]:
+    """Pixels per unit up the y axis, and the pixel of zero, from the ticks' labels
+    (each drawn 4 px below its grid line)."""
+    ticks = sorted((value(t), float(t.get("y", "0")) - 4) for t in texts(svg, "tick-y"))
+    (low, low_y), (high, high_y) = ticks[0], ticks[-1]
+    per_unit = (low_y - high_y) / (high - low)
+    return per_unit, low_y + low * per_unit
+
+
+WAIT_LABELS = {"1 s": 1, "10 s": 10, "1 min": 60, "10 min": 600, "1 h": 3600, "6 h": 21600,
+               "1 d": 86400, "7 d": 604800}  # fmt: skip
+
+
+def wait_at(svg: ET.Element, x: float) -> float:
+    """The wait a pixel of the log-scale wait axis stands for, from its first and last
+    labelled ticks."""
+    ticks = sorted(
+        (float(t.get("x", "0")), WAIT_LABELS[t.text or ""]) for t in texts(svg, "tick-x")
+    )
+    (x0, s0), (x1, s1) = ticks[0], ticks[-1]
+    return 10 ** (math.log10(s0) + (x - x0) / (x1 - x0) * (math.log10(s1) - math.log10(s0)))
+
+
+def test_the_waits_are_the_share_of_tasks_started_within_each_wait_per_policy() -> None:
+    result = replay_both(JOBS)
+    svg = ET.fromstring(wait_chart(result))
+    lines = {e.get("data-series") for e in svg.iter(f"{SVG}polyline")}
+    assert lines == {"dynagent", "determined"}
+    per_unit, zero = y_scale(svg)
+    for run in result.runs:
+        points = polyline(svg, run.policy)
+        shares = [(zero - y) / per_unit for _, y in points]
+        assert shares == sorted(shares) and shares[0] == pytest.approx(0, abs=1e-6)
+        assert shares[-1] == pytest.approx(1.0)
+        # It reaches 100 % at the longest wait, not before.
+        first_full = next(x for (x, _), share in zip(points, shares, strict=True) if share > 0.999)
+        assert wait_at(svg, first_full) == pytest.approx(run.waits[-1], rel=0.01)
+        # Half the tasks started within the median wait (half the line's height there).
+        median = run.waits[(len(run.waits) - 1) // 2]
+        below = [
+            s for (x, _), s in zip(points, shares, strict=True) if wait_at(svg, x) < median * 0.99
+        ]
+        assert (
+            max(below, default=0) < 0.5 <= bisect.bisect_right(run.waits, median) / len(run.waits)
+        )
+
+
+def test_tasks_never_started_keep_the_waits_below_all_tasks() -> None:
+    result = replay_both(trace((0, 600, 8), (0, 600, 64)))  # 64 GPUs: more than the pool
+    svg = ET.fromstring(wait_chart(result))
+    per_unit, zero = y_scale(svg)
+    for run in result.runs:
+        assert run.never_scheduled == 1
+        assert (zero - polyline(svg, run.policy)[-1][1]) / per_unit == pytest.approx(0.5)
+
+
+def test_the_fleet_is_drawn_on_its_own_scale_with_the_cap_and_the_backlog_apart() -> None:
+    # Twenty 8-GPU jobs at once on a pool of one 8-GPU machine: 160 GPUs asked for.
+    result = replay_both(trace(*[(0, 1800, 8)] * 20), pool(max_instances=1))
+    assert pool_cap(result.pool) == 8
+    for chart in fleet_charts(result):
+        svg = ET.fromstring(chart)
+        top = max(map(value, texts(svg, "tick-y")))
+        assert 8 <= top <= 10  # the fleet's scale, not the 160 GPUs of demand
+        per_unit, zero = y_scale(svg)
+        cap = next(e for e in svg.iter(f"{SVG}line") if e.get("data-series") == "cap")
+        assert float(cap.get("y1", "0")) == pytest.approx(zero - 8 * per_unit, abs=0.1)
+        assert float(cap.get("y1", "0")) == float(cap.get("y2", "1"))
+    backlog = ET.fromstring(backlog_chart(result))
+    assert {e.get("data-series") for e in backlog.iter(f"{SVG}polyline")} == {
+        "dynagent",
+        "determined",
+    }
+    assert max(map(value, texts(backlog, "tick-y"))) >= 152  # 19 of the jobs queued at first
+
+
+def test_the_cap_with_offerings_is_their_cap_in_gpus() -> None:
+    assert pool_cap(pool()) == 4 * 8
+    assert pool_cap(mixed_pool()) == 8 * 8  # max_instances x instance_type's GPUs
+    assert pool_cap(mixed_pool(offerings={"instance_types": ["p3.2xlarge"], "max_slots": 12})) == 12
+
+
+def test_the_time_axis_ends_soon_after_the_last_task() -> None:
+    # Determined launches for a 64-GPU task it can never place until the run's drain
+    # period ends, six hours after the last task; the axis stops an hour after it.
+    result = replay_both(trace((0, 600, 8), (0, 600, 64)))
+    last = max(last_task_end(run.series, run.end) for run in result.runs)
+    runs_end = max(run.end for run in result.runs)
+    assert last == 780 and runs_end > last + 5 * 3600
+    assert plot_end(result) == last + 3600
+    for chart in [*fleet_charts(result), backlog_chart(result)]:
+        svg = ET.fromstring(chart)
+        right = frame(svg)[2]
+        ticks = sorted((value(t), float(t.get("x", "0"))) for t in texts(svg, "tick-x"))
+        (t0, x0), (t1, x1) = ticks[0], ticks[-1]
+        axis_end = t0 + (right - x0) / (x1 - x0) * (t1 - t0)  # in minutes
+        assert axis_end * 60 == pytest.approx(last + 3600, abs=1)
+
+
+def test_a_backlog_that_outlasts_the_trace_is_drawn_to_its_end_with_the_trace_end_marked() -> None:
+    # Six hour-long 8-GPU jobs at once on one machine: the last ends near 6 h, the trace at 1 h.
+    result = replay_both(trace(*[(0, 3600, 8)] * 6), pool(max_instances=1))
+    last = max(last_task_end(run.series, run.end) for run in result.runs)
+    assert last > 6 * 3600 > result.trace.end
+    assert last <= plot_end(result) <= last + 3600
+    svg = ET.fromstring(backlog_chart(result))
+    rule = next(e for e in svg.iter(f"{SVG}line") if e.get("data-series") == "trace-end")
+    assert float(rule.get("data-value", "0")) == pytest.approx(1.0)  # in hours
 
 
 def idle_sweep() -> list[str]:

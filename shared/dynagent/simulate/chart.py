@@ -51,6 +51,18 @@ class Band:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A reference line across the frame, labelled where it starts: at ``value`` on the
+    y axis (``axis="y"``, such as the pool's cap) or on the x axis (the trace's end)."""
+
+    label: str
+    color: str
+    value: float
+    axis: str = "y"
+    series: str = ""
+
+
+@dataclass(frozen=True)
 class Point:
     x: float
     y: float
@@ -124,19 +136,25 @@ def line_chart(
     y_max: float | None = None,
     x_format: Format = lambda v: f"{v:g}",
     y_format: Format = lambda v: f"{v:,.0f}",
+    rules: Sequence[Rule] = (),
+    x_range: tuple[float, float] | None = None,
+    x_ticks: Sequence[float] | None = None,
 ) -> str:
     """Bands under lines, on a y axis from zero to ``y_max`` (default: the highest value)
-    rounded up: charts given the same ``y_max`` share their scale."""
+    rounded up: charts given the same ``y_max`` share their scale. The x axis spans
+    ``x_range`` (default: from zero or below to the points' end), with round ticks
+    unless given ``x_ticks``; rules are drawn over the bands, under the lines."""
     xs = [x for line in lines for x, _ in line.points]
     xs += [x for band in bands for x, _, _ in band.points]
     ys = [y for line in lines for _, y in line.points]
     ys += [high for band in bands for _, _, high in band.points]
     y_ticks = nice_ticks(0, (max(ys, default=1) if y_max is None else y_max) or 1)
-    x_range = (min(0.0, *xs), max(xs, default=1.0))
-    x_ticks = nice_ticks(*x_range)
+    x_range = x_range or (min(0.0, *xs), max(xs, default=1.0))
+    x_ticks = x_ticks or nice_ticks(*x_range)
     frame = _Frame(x_range, (0, y_ticks[-1]))
     body = [_axes(frame, x_ticks, y_ticks, x_label, y_label, x_format, y_format)]
     body += [_band(frame, band) for band in bands]
+    body += [_rule(frame, rule) for rule in rules]
     for line in lines:
         path = " ".join(f"{frame.x(x):.1f},{frame.y(y):.1f}" for x, y in line.points)
         dash = ' stroke-dasharray="6 4"' if line.dashed else ""
@@ -148,6 +166,29 @@ def line_chart(
     entries += [(line.label, line.color, "dashed" if line.dashed else "line") for line in lines]
     body.append(_legend(entries))
     return _svg(title, body)
+
+
+def _rule(frame: _Frame, rule: Rule) -> str:
+    """A dotted line across the frame and its label: above a horizontal one at the
+    frame's left; at the top of a vertical one, on the side with more room."""
+    left, top, right, bottom = frame.box
+    if rule.axis == "x":
+        x = frame.x(rule.value)
+        ends = f'x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}"'
+        side = f'x="{x + 4:.1f}" text-anchor="start"'
+        if x > (left + right) / 2:
+            side = f'x="{x - 4:.1f}" text-anchor="end"'
+        place = f'{side} y="{top + FONT_SIZE + 2}"'
+    else:
+        y = frame.y(rule.value)
+        ends = f'x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}"'
+        place = f'x="{left + 4}" y="{y - 4:.1f}" text-anchor="start"'
+    return (
+        f'<line class="rule" data-series="{escape(rule.series)}" data-value="{rule.value:g}" '
+        f'{ends} stroke="{rule.color}" stroke-width="1.5" stroke-dasharray="2 3"/>\n'
+        f'<text class="rule-label" {place} fill="{rule.color}" {_FONT}>'
+        f"{escape(rule.label)}</text>"
+    )
 
 
 def _band(frame: _Frame, band: Band) -> str:
