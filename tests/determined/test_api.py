@@ -418,6 +418,24 @@ def test_a_reconnecting_agent_refuses_changes(master: LocalDetermined, session: 
     ).agent
 
 
+def test_an_agent_that_does_not_reconnect_in_time_is_removed(
+    master: LocalDetermined, session: Any
+) -> None:
+    # agentrm/agent.go: agent_reconnect_wait (25s by default), then the agent is gone and
+    # its tasks with it; a machine stopped for longer comes back as a new agent.
+    master.add_agent("stopped", slots=2)
+    task = master.submit("Trial 1 (Experiment 1)", 2)
+    master.schedule()
+    master.reconnecting("stopped")
+    master.advance(20)
+    assert [a.id for a in bindings.get_GetAgents(session).agents or []] == ["stopped"]
+    master.advance(10)
+    assert not bindings.get_GetAgents(session).agents
+    assert master.task_state(task.task_id) != "RUNNING"
+    master.add_agent("stopped", slots=2)
+    assert master.agent_state("stopped") == (True, False)
+
+
 def test_injected_errors_and_outages(master: LocalDetermined, session: Any) -> None:
     master.fail_next(1, status=503)
     master.fail_next(1, status=500, path="/api/v1/tasks")

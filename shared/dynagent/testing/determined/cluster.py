@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import yaml
 
+from dynagent.core.durations import parse_duration
 from dynagent.testing.determined.admission import listing_failure
 from dynagent.testing.determined.gateway import JsonObject
 from dynagent.testing.determined.launching import create_experiment, create_trial, launch_task
@@ -297,23 +298,32 @@ class Cluster:
     def remove_agent(self, agent_id: str) -> None:
         """The agent goes away (or misses its reconnect deadline); its tasks are killed."""
         with self._lock:
-            kill_tasks_on(self._state, self._agent(agent_id))
-            del self._state.agents[agent_id]
-            # db.EndAgentStats: the open row of the agent's stay ends.
-            now = self._state.tick()
-            for stay in self._state.agent_stats:
-                if stay.agent_id == agent_id and stay.end is None:
-                    stay.end = now
+            self._remove_agent(agent_id)
+
+    def _remove_agent(self, agent_id: str) -> None:
+        kill_tasks_on(self._state, self._agent(agent_id))
+        del self._state.agents[agent_id]
+        # db.EndAgentStats: the open row of the agent's stay ends.
+        now = self._state.tick()
+        for stay in self._state.agent_stats:
+            if stay.agent_id == agent_id and stay.end is None:
+                stay.end = now
 
     def reconnecting(self, agent_id: str, reconnecting: bool = True) -> None:
         """The agent's websocket dropped and the master waits for it to come back
         (True), or it came back (False): while waiting it is listed disabled and
-        draining, keeps its tasks, and enable/disable fail with HTTP 500."""
+        draining, keeps its tasks, and enable/disable fail with HTTP 500. Past its pool's
+        ``agent_reconnect_wait`` (25s by default) the master gives up on it: the agent is
+        removed and its tasks killed (agentrm/agent.go, the reconnect timers), so a
+        machine stopped for longer registers again as a new agent of the same id.
+        Simpler than the master: the window is checked when ``advance`` moves the clock,
+        not at each tick of it."""
         with self._lock:
             agent = self._agent(agent_id)
             if reconnecting and not agent.reconnecting:
                 agent.stashed = (agent.enabled, agent.draining)
                 agent.enabled, agent.draining, agent.reconnecting = False, True, True
+                agent.reconnecting_since = self._state.now
             elif not reconnecting and agent.reconnecting:
                 (agent.enabled, agent.draining), agent.reconnecting = agent.stashed, False
 
@@ -421,6 +431,17 @@ class Cluster:
             raise ValueError("the clock does not go back")
         with self._lock:
             self._state.now += timedelta(seconds=seconds)
+            for agent in list(self._state.agents.values()):
+                since = agent.reconnecting_since
+                waited = self._state.now - since if agent.reconnecting and since else None
+                if waited is not None and waited >= self._reconnect_wait(agent.pool):
+                    self._remove_agent(agent.id)
+
+    def _reconnect_wait(self, pool: str) -> timedelta:
+        """The pool's agent_reconnect_wait (resource_pool_config.go), 25s by default."""
+        found = self._state.pools.get(pool)
+        text = (found.config_fields.get("agent_reconnect_wait") if found else None) or "25s"
+        return parse_duration(str(text))
 
     def now(self) -> datetime:
         """The master's fake clock."""

@@ -143,6 +143,7 @@ class Agent:
     draining: bool = False
     reconnecting: bool = False
     stashed: tuple[bool, bool] = (True, False)  # (enabled, draining) before reconnecting
+    reconnecting_since: datetime | None = None  # when its websocket dropped
     slot_type: SlotType = "cuda"
 
     @property
