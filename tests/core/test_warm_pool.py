@@ -39,7 +39,7 @@ def stopped(
 
 def idle_agent(instance_id: str, **changes: object) -> Instance:
     agent = agent_instance(instance_id, idle_since=ago(30))
-    return replace(agent, instance_type=TYPE, **changes)
+    return replace(agent, **({"instance_type": TYPE} | changes))
 
 
 def test_an_idle_agent_past_its_period_is_stopped_and_its_agent_marks_cleared() -> None:
@@ -227,3 +227,46 @@ def test_while_the_master_is_unknown_no_stopped_machine_is_started() -> None:
     plan = decide(of, fleet(machine), snapshot(pending=[("exp-1", 4)]), NOW)
     assert plan.starts == () and plan.launches == ()
     assert any("launches held" in note for note in plan.waiting)
+
+
+def test_a_full_warm_pool_keeps_the_shapes_the_work_uses_most() -> None:
+    offerings = {"instance_types": ["p3.2xlarge", "p3.16xlarge"]}
+    of = pool(
+        instance_type="p3.16xlarge",
+        offerings=offerings,
+        warm_pool={"max_stopped": 1},
+        max_instances=4,
+    )
+    small = replace(stopped("i-small", of), instance_type="p3.2xlarge")
+    big_idle = idle_agent("i-big", instance_type="p3.16xlarge")
+    big_busy = replace(agent_instance("i-busy"), instance_type="p3.16xlarge")
+    machines = fleet(small, big_idle, big_busy)
+    agents = [idle("i-big", 8), ("i-busy", 8, 8)]
+    plan = decide(of, machines, snapshot(agents=agents), NOW)
+    # The work runs on 8-GPU machines: the idle one takes the stopped 1-GPU one's place.
+    assert [s.instance_id for s in plan.stops] == ["i-big"]
+    [replaced] = plan.terminations
+    assert replaced.instance_id == "i-small" and "uses more" in replaced.reason
+    # Alike machines are not swapped: the one stopped already stays, the idle one goes.
+    alike = replace(stopped("i-old", of), instance_type="p3.16xlarge")
+    plan = decide(of, fleet(alike, big_idle, big_busy), snapshot(agents=agents), NOW)
+    assert plan.stops == () and [t.instance_id for t in plan.terminations] == ["i-big"]
+
+
+def test_small_tasks_go_to_stopped_small_machines_rather_than_a_new_large_one() -> None:
+    offerings = {"instance_types": ["p3.2xlarge", "p3.16xlarge"]}
+    of = pool(
+        instance_type="p3.16xlarge",
+        offerings=offerings,
+        warm_pool={"max_stopped": 8},
+        max_instances=4,
+    )
+    small = [replace(stopped(f"i-s{n}", of), instance_type="p3.2xlarge") for n in range(8)]
+    ones = [(f"t{n}", 1) for n in range(8)]
+    plan = decide(of, fleet(*small), snapshot(pending=ones), NOW)
+    # The packing covers them with one 8-GPU machine, as cheap as eight 1-GPU ones: the
+    # eight stopped machines start instead.
+    assert len(plan.starts) == 8 and plan.launches == ()
+    # An 8-GPU task is not split across machines: it launches its 8-GPU machine.
+    plan = decide(of, fleet(*small), snapshot(pending=[("big", 8)]), NOW)
+    assert plan.starts == () and len(plan.launches) == 1

@@ -24,7 +24,8 @@ from dynagent.core.plan import Launch, Start
 
 
 def busy_types(ctx: Context) -> Counter[str]:
-    """Busy agents by machine type: the shapes the pool's work uses now."""
+    """Busy agents by machine type: the shapes the pool's work uses now (by machines,
+    not GPUs, so that small machines for small tasks keep their places too)."""
     return Counter(
         instance.instance_type
         for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True)
@@ -92,17 +93,45 @@ def can_stop(ctx: Context, instance: Instance) -> bool:
 
 def stop_reaped(ctx: Context, reaped: list[str]) -> None:
     """Stop, instead of terminate, the idle agents just reaped while the warm pool has
-    room: the shapes the pool's work uses most first, then the costliest."""
+    room. When it has too little, the machines it keeps are the shapes the pool's work
+    uses most (busy agents by type), those stopped already before those reaped now (a
+    swap of alike machines would gain nothing), then the costliest: a stopped machine of
+    a shape less used than a reaped one is terminated in its place."""
     warm = ctx.provider.warm_pool
-    room = warm.max_stopped - ctx.kept_stopped
-    if room <= 0 or not reaped:
+    if not reaped:
         return
     by_id = ctx.by_id
     stoppable = [by_id[i] for i in reaped if can_stop(ctx, by_id[i])]
-    usage = busy_types(ctx) if len(stoppable) > room else Counter[str]()
-    stoppable.sort(key=lambda i: (-usage[i.instance_type], -ctx.price(i), i.id))
-    for instance in stoppable[:room]:
-        ctx.stop(instance.id)
+    room = warm.max_stopped - ctx.kept_stopped
+    if len(stoppable) <= room:
+        for instance in stoppable:
+            ctx.stop(instance.id)
+        return
+    usage = busy_types(ctx)
+    # Those stopping now cannot be started or replaced: they keep their places.
+    stopping = ctx.kept_stopped - len(ctx.startable)
+    places = warm.max_stopped - stopping
+    now_reaped = set(reaped)
+
+    def rank(instance: Instance) -> tuple[int, bool, float, str]:
+        fresh = instance.id in now_reaped
+        return (-usage[instance.instance_type], fresh, -ctx.price(instance), instance.id)
+
+    ranked = sorted([*ctx.startable, *stoppable], key=rank)
+    kept = {instance.id for instance in ranked[:places]}
+    for instance in ctx.startable:
+        if instance.id not in kept:
+            ctx.terminate(
+                instance.id,
+                f"beyond warm_pool.max_stopped ({warm.max_stopped}): its place goes to a "
+                "machine of a shape the pool's work uses more",
+                "stopped",
+            )
+    ctx.kept_stopped -= sum(1 for i in ctx.startable if i.id not in kept)
+    ctx.startable = [i for i in ctx.startable if i.id in kept]
+    for instance in stoppable:
+        if instance.id in kept:
+            ctx.stop(instance.id)
 
 
 def start_instead(ctx: Context, launches: list[Launch]) -> tuple[list[Launch], list[Start]]:
@@ -126,18 +155,75 @@ def start_instead(ctx: Context, launches: list[Launch]) -> tuple[list[Launch], l
     for launch in launches:
         machine = launch.offering.instance_type if launch.offering is not None else default
         waiting = stopped.get(machine)
-        if not waiting:
+        if waiting:
+            starts.append(_start(waiting.pop(0), launch, machine))
+        else:
+            kept.append(launch)
+    if kept and any(stopped.values()):
+        kept, split = _split_onto_smaller(ctx, kept, stopped)
+        starts += split
+    return kept, starts
+
+
+def _start(instance: Instance, launch: Launch, machine: str) -> Start:
+    """A start of ``instance`` for ``launch``'s tasks; the launch is its cold cover."""
+    # Not where the start was refused: that zone has no such machine now.
+    elsewhere = tuple(
+        o
+        for o in launch.offerings
+        if not (instance.zone and o.zone == instance.zone and o.instance_type == machine)
+    )
+    reason = f"{launch.reason}: started, not launched"
+    # A pool of one zone has nowhere else: its cold cover asks there again.
+    cold = replace(launch, offerings=elsewhere or launch.offerings)
+    return Start(instance.id, reason, cold, offering_of(instance))
+
+
+def _split_onto_smaller(
+    ctx: Context, launches: list[Launch], stopped: dict[str, list[Instance]]
+) -> tuple[list[Launch], list[Start]]:
+    """A launch whose tasks each fit a stopped machine of a smaller type, and all of them
+    together some of those, at no more than the launch's price: those machines started
+    instead (eight 1-GPU tasks on eight stopped 1-GPU machines rather than a new 8-GPU
+    one). No task is split across machines, so each runs as it would have."""
+    sizes = {task.task: task.slots for task in (ctx.snapshot.pending if ctx.snapshot else ())}
+    kept: list[Launch] = []
+    starts: list[Start] = []
+    for launch in launches:
+        offering = launch.offering
+        tasks = sorted((sizes.get(t, 0) for t in launch.tasks), reverse=True)
+        if offering is None or not tasks or not tasks[0]:
             kept.append(launch)
             continue
-        instance = waiting.pop(0)
-        # Not where the start was refused: that zone has no such machine now.
-        elsewhere = tuple(
-            o
-            for o in launch.offerings
-            if not (instance.zone and o.zone == instance.zone and o.instance_type == machine)
+        smaller = sorted(
+            (i for group in stopped.values() for i in group if ctx.slots(i, None) < offering.slots),
+            key=lambda i: (ctx.slots(i, None), ctx.price(i), i.id),
         )
-        reason = f"{launch.reason}: started, not launched"
-        # A pool of one zone has nowhere else: its cold cover asks there again.
-        cold = replace(launch, offerings=elsewhere or launch.offerings)
-        starts.append(Start(instance.id, reason, cold, offering_of(instance)))
+        chosen = _hold(ctx, tasks, smaller)
+        if chosen is None or sum(ctx.price(i) for i in chosen) > offering.price:
+            kept.append(launch)
+            continue
+        for instance in chosen:
+            stopped[instance.instance_type].remove(instance)
+            starts.append(_start(instance, launch, instance.instance_type))
     return kept, starts
+
+
+def _hold(ctx: Context, tasks: list[int], machines: list[Instance]) -> list[Instance] | None:
+    """Machines of ``machines`` (smallest first) that hold ``tasks`` (largest first),
+    each task on one machine, best fit; None when they cannot."""
+    free: list[tuple[Instance, int]] = []
+    for slots in tasks:
+        fits = [(room, n) for n, (_, room) in enumerate(free) if room >= slots]
+        if fits:
+            _, n = min(fits)
+            free[n] = (free[n][0], free[n][1] - slots)
+            continue
+        used = {instance.id for instance, _ in free}
+        fresh = next(
+            (i for i in machines if i.id not in used and ctx.slots(i, None) >= slots), None
+        )
+        if fresh is None:
+            return None
+        free.append((fresh, ctx.slots(fresh, None) - slots))
+    return [instance for instance, _ in free]
