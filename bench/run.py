@@ -20,6 +20,7 @@ import handler_cpu
 import machine
 import simulator
 import trace_read
+import warm_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = (
@@ -28,6 +29,7 @@ BENCHMARKS = (
     ("cold_start", "cold start: function module imports", cold_start.run),
     ("simulator", "simulator: every shared trace", simulator.run),
     ("cap", "a pool at its cap: cluster05 on g5 1/4/8, max_instances 10", cap.run),
+    ("warm_pool", "warm pools: every shared trace, a 6-minute boot, a 90 s start", warm_pool.run),
     (
         "trace_read",
         "dynagent trace: a busy master's tasks, one at a time and at once",

@@ -22,8 +22,9 @@ from dynagent.simulate.replay import replay
 from dynagent.simulate.run import RunOptions
 from dynagent.simulate.trace import load_trace
 
-# The size docs/warm-pools.md recommends for this pool.
-RECOMMENDED = 20
+# The size and period docs/warm-pools.md recommends for this pool.
+RECOMMENDED = 40
+PERIOD = "72h"
 P50_TARGET = 120
 COST_TARGET = 1.01
 POOL_YAML = """
@@ -37,7 +38,7 @@ resource_pools:
       max_instances: 3000
       max_idle_agent_period: 5m
       offerings: {instance_types: [p3.2xlarge, p3.8xlarge, p3.16xlarge]}
-      warm_pool: {max_stopped: %d}
+      warm_pool: {max_stopped: %d, max_stopped_period: %s}
 """
 OPTIONS = RunOptions(boot=BootModel(registered_after=360, started_after=90))
 
@@ -48,7 +49,7 @@ def run() -> dict[str, Any]:
     if not paths:
         print(f"  no traces in {directory}: skipped (set DYNAGENT_TRACES)")
         return {"skipped": f"no traces in {directory}"}
-    cold, warm = (parse_config(POOL_YAML % size) for size in (0, RECOMMENDED))
+    cold, warm = (parse_config(POOL_YAML % (size, PERIOD)) for size in (0, RECOMMENDED))
     found: dict[str, Any] = {}
     for path in paths:
         started = time.perf_counter()
@@ -85,7 +86,8 @@ def run() -> dict[str, Any]:
         )
     return {
         "pool": "p3.2xlarge | p3.8xlarge | p3.16xlarge, instance_type p3.16xlarge, "
-        f"max_instances 3000, idle 5m; warm_pool.max_stopped {RECOMMENDED}",
+        f"max_instances 3000, idle 5m; warm_pool.max_stopped {RECOMMENDED}, "
+        f"max_stopped_period {PERIOD}",
         "boot": "registered after 360 s (+3 s a GPU past the first, ± 20 s, seed 0); a warm "
         "start registers after 90 s",
         "traces": found,
