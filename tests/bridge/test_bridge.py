@@ -286,24 +286,42 @@ def test_an_idle_agent_is_drained_then_reported_and_enabled_for_new_work(
     assert disables(master) == drained
     # The bridge's own drain is not an admin's: the agent is for pending tasks again.
     assert all(a.enabled for a in snapshot.agents)
+    assert snapshot.retires is True and not any(a.retired for a in snapshot.agents)
 
-    # New work: the drained agent is enabled again, before any snapshot shows the task
-    # without it; an agent already reported draining only once no function can act on
-    # that report any more (the end-to-end test found a task killed otherwise).
+    # New work: the drained agent is enabled again in the same pass, before any
+    # snapshot shows the task: drained, not retired, no function terminates it.
     master.submit("trial-2", 8, POOL)
     advance(bridge, 0.1)
     snapshot = next(s for s in bridge.run_once() if s.pool == POOL)
-    assert master.agent_state(drained[0]) == (False, True)  # still drained in the master
-    assert not any(a.draining for a in snapshot.agents)  # the report withdrawn at once
-    assert all(a.enabled for a in snapshot.agents)  # and its slots are room
-    assert [t.slots for t in snapshot.pending] == [8]
-    advance(bridge, 0.5)
-    bridge.run_once()
-    assert master.agent_state(drained[0]) == (False, True)
-    advance(bridge, 0.5)  # 66 s after the draining report
-    bridge.run_once()
     assert master.agent_state(drained[0]) == (True, False)
+    assert not any(a.draining for a in snapshot.agents)
+    assert all(a.enabled for a in snapshot.agents)
+    assert [t.slots for t in snapshot.pending] == [8]
     master.schedule()
+
+
+def test_a_drained_agent_nothing_wants_is_retired_for_good(
+    master: LocalDetermined, layout: Layout
+) -> None:
+    layout.cluster(master)
+    master.submit("trial", 8, POOL)
+    master.schedule()
+    bridge, _ = bridge_for(master, layout.config(drain=True))
+    bridge.run_once()
+    advance(bridge, 6)
+    (agent,) = [a.id for a in layout.ours(bridge.run_once()).agents if a.draining]
+    advance(bridge, 0.25)  # drained and idle 15 s: not yet (nothing changed, nothing sent)
+    assert not any(a.retired for s in bridge.run_once() for a in s.agents)
+    advance(bridge, 0.5)  # 45 s: retired
+    snapshot = next(s for s in bridge.run_once() if s.pool == POOL)
+    assert [a.id for a in snapshot.agents if a.retired] == [agent]
+    assert [a.enabled for a in snapshot.agents if a.id == agent] == [False]  # no room
+    # A task now does not bring it back: the functions may be terminating it.
+    master.submit("trial-2", 8, POOL)
+    advance(bridge, 0.1)
+    snapshot = next(s for s in bridge.run_once() if s.pool == POOL)
+    assert master.agent_state(agent) == (False, True)
+    assert [a.id for a in snapshot.agents if a.retired] == [agent]
 
 
 def test_no_drain_below_min_instances_or_without_the_option(
@@ -363,18 +381,23 @@ def test_an_agent_an_admin_disabled_is_published_not_enabled(
     snapshot = layout.ours(bridge.run_once())
     agents = {a.id: (a.enabled, a.draining, a.used_slots) for a in snapshot.agents}
     if drain and admin_drain:
-        # Idle and listed draining: claimed as the bridge's own drain (docs/bridge.md), so the
-        # bridge enables it again for pending tasks, and it is room.
-        assert agents == {busy: (False, False, 4), idle: (True, True, 0)}
-        return
-    assert agents == {busy: (False, False, 4), idle: (False, False, 0)}
+        # Idle and listed draining: claimed as the bridge's own drain and retired at once
+        # (docs/bridge.md: a bridge before this one may have reported it so): never
+        # enabled again, no room, and the functions may terminate it.
+        assert agents == {busy: (False, False, 4), idle: (False, True, 0)}
+        assert [a.id for a in snapshot.agents if a.retired] == [idle]
+    else:
+        assert agents == {busy: (False, False, 4), idle: (False, False, 0)}
     assert [t.slots for t in snapshot.pending] == [4]
     config = layout.config(drain=drain).pool(POOL)
     instances = fleet(agent_instance(busy), agent_instance(idle, idle_since=ago(hours=1)))
     plan = decide(config, instances, snapshot, snapshot.time)
     assert [launch.tasks for launch in plan.launches] == [(snapshot.pending[0].task,)]
-    # Without drain the idle period terminates it as any agent; with drain it stays.
-    assert [t.instance_id for t in plan.terminations] == ([] if drain else [idle])
+    # Without drain the idle period terminates it as any agent; with drain it stays,
+    # unless the bridge retired it (an agent it claimed).
+    assert [t.instance_id for t in plan.terminations] == (
+        [] if drain and not admin_drain else [idle]
+    )
 
 
 def test_the_snapshot_that_ends_an_idle_period_goes_out_on_time(master: LocalDetermined) -> None:

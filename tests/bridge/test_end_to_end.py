@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from dynagent.bridge.loop import ENABLE_AFTER_REPORT
-from dynagent.core.snapshot import DRAINING_REPORT_LEASE, Snapshot
+from dynagent.core.snapshot import Snapshot
 from dynagent.testing.aws.local_aws import LocalAws
 from dynagent.testing.determined.master import LocalDetermined
 
@@ -198,57 +197,75 @@ def ours(snapshots: list[Snapshot], cluster: Cluster) -> list[Snapshot]:
 
 
 @pytest.mark.parametrize("order", ["function first", "bridge first", "stale", "retried"])
-def test_a_task_submitted_between_the_drain_and_the_terminate(
+def test_a_task_submitted_while_an_agent_is_drained_runs_on_it_within_one_pass(
     make_cluster: Any, order: str
 ) -> None:
-    """The bridge drained an idle agent and published it draining; a task arrives before
-    the function acts on that snapshot. However the two interleave, the task runs and
-    nothing is killed.
+    """The bridge drained an idle agent and published it draining; a task arrives. However
+    the function's passes interleave with the bridge's, the task runs on that agent
+    within one bridge pass, nothing is launched for it, and nothing is killed.
 
-    Found here: with the bridge enabling the agent in its next pass, a draining snapshot
+    History: with the bridge enabling the agent in its next pass, a draining snapshot
     the function applied after that (``stale``: its batch taken before, acted on after;
     ``retried``: redelivered after a failure) terminated the agent under the task the
-    master had placed on it. A draining report is now a lease (DRAINING_REPORT_LEASE):
-    the function acts on it only while it is fresh, and the bridge withdraws it at once
-    but enables the agent only once no function can act on it any more.
+    master had placed on it. A draining report then became a lease, and the bridge
+    waited 60 s before enabling the agent: the task waited a minute for an agent that was
+    up. Now a drained agent is terminated only once reported retired, which the bridge
+    never takes back, so it enables a drained one at once.
     """
     cluster: Cluster = make_cluster()
     trial = cluster.submit("trial-1", 8)
     cluster.run_until(lambda: cluster.state(trial) == "RUNNING", "the first trial running")
     cluster.master.finish(trial)
     agent = drained_and_published(cluster)
-    reported_at = cluster.clock.now
     side = cluster.cloud
     assert isinstance(side, AwsSide)
 
     held = side.receive() if order in ("stale", "retried") else []  # a Lambda took it
-    late = cluster.submit("trial-2", 8)
     if order == "function first":
-        cluster.deliver()  # the drained, empty agent goes: nothing was placed on it
-        assert agent not in side.alive()
-    else:
-        (snapshot,) = bridge_tick(cluster)
-        # The draining report is withdrawn before any snapshot shows the task, so the
-        # function launches nothing for it; the agent stays drained in the master.
-        assert [a.id for a in snapshot.agents if a.draining] == []
-        assert [t.slots for t in snapshot.pending] == [8]
-        assert cluster.master.agent_state(agent) == (False, True)
-        if order == "stale":
-            side.hand_over(held)  # within the lease: the agent goes, empty
-            assert agent not in side.alive()
-        if order == "retried":
-            while cluster.clock.now - reported_at <= DRAINING_REPORT_LEASE:
-                bridge_tick(cluster)
-            side.hand_over(held)  # past the lease: the agent stays
-            assert agent in side.alive()
-        cluster.deliver()
-        if order != "stale":
-            assert len(cluster.born) == 1  # nothing launched: the agent is for the task
-            cluster.run_until(lambda: cluster.state(late) == "RUNNING", "the late trial")
-            assert cluster.clock.now - reported_at >= ENABLE_AFTER_REPORT
-            assert list(cluster.master.placement(late)) == [agent]
-            assert len(cluster.born) == 1
-    cluster.run_until(lambda: cluster.state(late) == "RUNNING", "the late trial running")
+        cluster.deliver()  # drained, not retired: the function leaves it
+        assert agent in side.alive()
+    late = cluster.submit("trial-2", 8)
+    (snapshot,) = bridge_tick(cluster)  # one bridge pass
+    assert cluster.master.agent_state(agent) == (True, False)  # enabled at once
+    assert not any(a.retired for a in snapshot.agents)
+    cluster.master.schedule()
+    assert list(cluster.master.placement(late)) == [agent]
+    if order == "stale":
+        side.hand_over(held)  # the draining report, applied after the enable
+    if order == "retried":
+        cluster.clock.now += timedelta(minutes=5)
+        side.hand_over(held)  # redelivered much later
+    assert agent in side.alive()
+    cluster.deliver()
+    assert len(cluster.born) == 1  # nothing launched: the agent is for the task
     cluster.run(timedelta(minutes=2))
     assert cluster.state(late) == "RUNNING" and cluster.killed() == []
+    finish(cluster)
+
+
+def test_a_retired_agent_is_terminated_and_a_later_task_gets_a_new_one(
+    make_cluster: Any,
+) -> None:
+    """Drained and idle for RETIRE_AFTER with no task wanting it, the agent is reported
+    retired and terminated; a task after that gets a machine of its own."""
+    cluster: Cluster = make_cluster()
+    trial = cluster.submit("trial-1", 8)
+    cluster.run_until(lambda: cluster.state(trial) == "RUNNING", "the first trial running")
+    cluster.master.finish(trial)
+    agent = drained_and_published(cluster)
+    side = cluster.cloud
+    assert isinstance(side, AwsSide)
+    retired = False
+    for _ in range(100):
+        retired = retired or any(
+            a.id == agent and a.retired for s in bridge_tick(cluster) for a in s.agents
+        )
+        cluster.deliver()
+        if retired:
+            break
+    assert retired and agent not in side.alive()
+    late = cluster.submit("trial-2", 8)
+    cluster.run_until(lambda: cluster.state(late) == "RUNNING", "the late trial running")
+    assert agent not in cluster.master.placement(late)
+    assert len(cluster.born) == 2 and cluster.killed() == []
     finish(cluster)

@@ -8,10 +8,10 @@ it draining and empty: nothing new can be placed there before the terminate land
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from dynagent.core.decide import decide
-from dynagent.core.snapshot import DRAINING_REPORT_LEASE, Agent, parse_snapshot
+from dynagent.core.snapshot import DRAINING_REPORT_LEASE, Agent, Snapshot, parse_snapshot
 from tests.builders import (
     NOW,
     agent_instance,
@@ -57,6 +57,35 @@ def test_a_draining_report_older_than_its_lease_terminates_nothing() -> None:
     assert [t.instance_id for t in decide(DRAINED, cloud, report, NOW).terminations] == ["i-1"]
     late = NOW + timedelta(seconds=1)
     assert decide(DRAINED, cloud, report, late).terminations == ()
+
+
+def retiring(*agents: Agent, time: datetime = NOW, **fields: object) -> Snapshot:
+    """A snapshot of a publisher that reports retirements (``dynagent bridge`` does)."""
+    return snapshot(agents=agents, time=time, **fields).model_copy(update={"retires": True})
+
+
+def test_where_retirements_are_reported_only_a_retired_agent_goes() -> None:
+    cloud = fleet(agent_instance("i-1", idle_since=ago(10)), agent_instance("i-2"))
+    retired = Agent(id="i-2", slots=4, used_slots=0, draining=True, retired=True)
+    plan = decide(DRAINED, cloud, retiring(draining("i-1"), retired), NOW)
+    # i-1 is drained, not retired: the bridge may enable it at any pass.
+    assert [t.instance_id for t in plan.terminations] == ["i-2"]
+
+
+def test_a_retirement_applied_however_late_still_terminates() -> None:
+    cloud = fleet(agent_instance("i-2"))
+    retired = Agent(id="i-2", slots=4, used_slots=0, draining=True, retired=True)
+    report = retiring(retired, time=NOW - timedelta(minutes=10))
+    plan = decide(DRAINED, cloud, report, NOW)
+    assert [t.instance_id for t in plan.terminations] == ["i-2"]
+
+
+def test_a_retired_agent_is_no_room_for_pending_work() -> None:
+    cloud = fleet(agent_instance("i-2"))
+    retired = Agent(id="i-2", slots=4, used_slots=0, draining=True, retired=True)
+    plan = decide(DRAINED, cloud, retiring(retired, pending=[task("t", 4)]), NOW)
+    assert [t.instance_id for t in plan.terminations] == ["i-2"]
+    assert len(plan.launches) == 1
 
 
 def test_a_draining_agent_still_running_something_is_left_alone() -> None:

@@ -2,15 +2,20 @@
 
 An agent idle for the pool's ``max_idle_agent_period`` is drained through the master
 (it takes no new task), while the pool keeps ``min_instances`` enabled agents and no
-task waits. Only then does the snapshot report it draining, and only a draining, empty
-agent may the functions terminate. As soon as pending tasks could use a drained agent,
-it is enabled again, in the same pass and before the snapshot that would otherwise
-make the functions launch for them.
+task waits. As soon as pending tasks could use a drained agent, it is enabled again, in
+the same pass and before the snapshot that would otherwise make the functions launch for
+them: a task arriving while an agent is drained runs on it within one pass. A drained
+agent idle for ``RETIRE_AFTER`` more, with no task wanting it, is retired: the snapshot
+reports it so, this bridge never enables it again, and only then may the functions
+terminate it. A retirement is never taken back, so a function may act on its report
+however late (a slow delivery, a retried record) without killing work the master placed
+there; a drained agent not retired is never terminated, so enabling it needs no wait.
 
-What it remembers (when each agent went idle, which agents it drained) lives in the
-process: after a restart, idle periods start over, and an agent the master lists as
-draining is claimed by draining it again, which the master refuses (HTTP 500) for one
-that is only reconnecting. A reconnecting agent is never reported as draining.
+What it remembers (when each agent went idle, which agents it drained and retired) lives
+in the process: after a restart, idle periods start over, and an agent the master lists
+as draining is claimed by draining it again, which the master refuses (HTTP 500) for one
+that is only reconnecting; a claimed agent is retired at once, as the process before may
+have reported it so. A reconnecting agent is never reported as draining.
 
 Busy agents are drained too, to consolidate: while no task waits, the agents the
 master fills first stay enabled, the fullest first, until their free slots hold one
@@ -36,7 +41,7 @@ One Drainer per pool: each pass forgets the agents its reading no longer lists.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from dynagent.core.config import Pool
 from dynagent.core.durations import format_duration
@@ -46,22 +51,34 @@ from dynagent.core.snapshot import PendingTask
 
 from .reading import AgentReading, PoolReading
 
+# How long a drained agent stays idle and the pool's to enable again before it is
+# retired for the functions to terminate: the bridge's heartbeat.
+RETIRE_AFTER = timedelta(seconds=30)
+
 
 @dataclass(frozen=True)
 class DrainAction:
     agent_id: str
     enable: bool  # False: disable with drain
     reason: str
+    # A drain of an agent listed draining that this process did not drain: retired at
+    # once, since the process before it may have reported it retired.
+    claim: bool = False
 
 
 @dataclass
 class Drainer:
     idle_since: dict[str, datetime] = field(default_factory=dict)
     drained: set[str] = field(default_factory=set)
+    # Drained agents reported retired: never enabled again.
+    retired: set[str] = field(default_factory=set)
+    # Since when each drained agent has been idle, for its retirement.
+    drained_idle_since: dict[str, datetime] = field(default_factory=dict)
 
     def actions(self, pool: Pool, reading: PoolReading, now: datetime) -> list[DrainAction]:
         present = {agent.id for agent in reading.agents}
         self.drained &= present
+        self.retired &= present
         for agent in reading.agents:
             if agent.enabled and not agent.draining and agent.idle:
                 self.idle_since.setdefault(agent.id, now)
@@ -81,8 +98,25 @@ class Drainer:
         """The master carried ``action`` out: the agent is ours to report, or no more."""
         if action.enable:
             self.drained.discard(action.agent_id)
+            self.drained_idle_since.pop(action.agent_id, None)
         else:
             self.drained.add(action.agent_id)
+            if action.claim:
+                self.retired.add(action.agent_id)
+
+    def retire(self, reading: PoolReading, now: datetime) -> None:
+        """Drained agents idle for RETIRE_AFTER, with no pending task wanting them (this
+        pass enabled those): retired, for good. ``reading`` is after this pass's actions."""
+        for agent in reading.agents:
+            if agent.id in self.drained and agent.draining and agent.idle:
+                since = self.drained_idle_since.setdefault(agent.id, now)
+                if now - since >= RETIRE_AFTER:
+                    self.retired.add(agent.id)
+            else:
+                self.drained_idle_since.pop(agent.id, None)
+
+    def reported_retired(self, agent: AgentReading) -> bool:
+        return agent.id in self.retired and agent.draining
 
     def reported_draining(self, agent: AgentReading) -> bool:
         """Whether the snapshot may say draining: only agents this bridge drained."""
@@ -92,7 +126,7 @@ class Drainer:
         """Whether the snapshot says enabled, so its free slots may count as room: the
         master places work on it, or this bridge drained it and enables it again when
         pending tasks want it. Not one an admin disabled, nor one reconnecting."""
-        return agent.enabled or agent.id in self.drained
+        return agent.enabled or (agent.id in self.drained and agent.id not in self.retired)
 
     def _enables(self, pool: Pool, reading: PoolReading) -> list[DrainAction]:
         """Drained agents back to work, the most free first, while pending tasks do not
@@ -109,7 +143,11 @@ class Drainer:
         zero_slot = len(sized) < len(reading.pending) and not enabled
         waiting = _Waiting(sized, enabled, reading, pool.provider.max_instances)
         ours = sorted(
-            (a for a in reading.agents if a.id in self.drained and a.draining),
+            (
+                a
+                for a in reading.agents
+                if a.id in self.drained and a.draining and a.id not in self.retired
+            ),
             key=lambda a: (a.used_slots - a.slots, a.id),
         )
         least = waiting.count(ours)  # what no drained agent can help
@@ -132,7 +170,7 @@ class Drainer:
         """Agents listed draining that this process did not drain (it restarted, or an
         admin did): drained again, which tells them from reconnecting ones."""
         return [
-            DrainAction(a.id, False, "listed draining: drained again to tell it is ours")
+            DrainAction(a.id, False, "listed draining: drained again to tell it is ours", True)
             for a in reading.agents
             if a.draining and not a.enabled and a.id not in self.drained and a.idle
         ]

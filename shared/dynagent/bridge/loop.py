@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from dynagent.core.admission import pools_from_master_config, pools_from_resource_pools
 from dynagent.core.config import Config
 from dynagent.core.durations import format_duration
-from dynagent.core.snapshot import DRAINING_REPORT_LEASE, Snapshot
+from dynagent.core.snapshot import Snapshot
 
 from .admission_check import admission_findings
 from .client import MasterClient, MasterRefused, MasterUnavailable
@@ -29,9 +29,6 @@ from .reading import PoolReading, read_pools
 HEARTBEAT = timedelta(seconds=30)
 INTERVAL_SECONDS = 5.0
 MAX_BACKOFF_SECONDS = 60.0
-# An agent reported draining is enabled again only once its last draining report is
-# this old: the functions' lease on the report, and as much again for the clocks' skew.
-ENABLE_AFTER_REPORT = DRAINING_REPORT_LEASE * 2
 
 
 class Sink(Protocol):
@@ -68,11 +65,6 @@ class Bridge:
     # By pool without drain_idle_agents: when a published snapshot first showed each
     # agent idle, so the snapshot that lets the functions reap it goes out on time.
     idle_clocks: dict[str, IdleClock] = field(default_factory=dict)
-    # By pool: when a published snapshot last said each agent was draining.
-    draining_reported: dict[str, dict[str, datetime]] = field(default_factory=dict)
-    # By pool: drained agents pending tasks want, whose draining report may still be
-    # acted on: reported not draining, enabled in a later pass (ENABLE_AFTER_REPORT).
-    withdrawn: dict[str, set[str]] = field(default_factory=dict)
     # The master host's addresses by master_url alias (host_addresses), for every snapshot.
     master_addresses: dict[str, str] | None = None
     # The pool file's name, for the fixes the admission check names.
@@ -166,27 +158,9 @@ class Bridge:
     def _drain(self, pool_name: str, reading: PoolReading, now: datetime) -> PoolReading:
         pool = self.config.pool(pool_name)
         drainer = self.drainers.setdefault(pool_name, Drainer())
-        present = {agent.id for agent in reading.agents}
-        reported_at = self.draining_reported.setdefault(pool_name, {})
-        for gone in set(reported_at) - present:
-            del reported_at[gone]
-        withdrawn = self.withdrawn.get(pool_name, set())
-        waiting: set[str] = set()
         for action in drainer.actions(pool, reading, now):
-            reported = reported_at.get(action.agent_id)
-            if action.enable and reported is not None and now - reported < ENABLE_AFTER_REPORT:
-                # Enabled now, the master could place a task on it while a function
-                # still acts on the last snapshot that said draining, and terminate it
-                # under the task. Report it not draining, and enable it once no
-                # function can act on that report any more.
-                waiting.add(action.agent_id)
-                if action.agent_id not in withdrawn:
-                    self.logger.info(
-                        f"agent {action.agent_id} wanted again: enabled once its draining "
-                        f"report is {format_duration(ENABLE_AFTER_REPORT)} old",
-                        extra={"pool": pool_name},
-                    )
-                continue
+            # A drained agent is never terminated until retired (drain.py), so one that
+            # pending tasks want is enabled at once: no function can be acting on it.
             try:
                 if action.enable:
                     self.master.enable(action.agent_id)
@@ -206,12 +180,18 @@ class Bridge:
                 extra={"pool": pool_name},
             )
             drainer.done(action)
-            if action.enable:
-                reported_at.pop(action.agent_id, None)
             reading = reading.with_state(
                 action.agent_id, enabled=action.enable, draining=not action.enable
             )
-        self.withdrawn[pool_name] = waiting
+        if pool.provider.drain_idle_agents:
+            before = set(drainer.retired)
+            drainer.retire(reading, now)
+            for agent_id in sorted(drainer.retired - before):
+                self.logger.info(
+                    f"retired agent {agent_id}: drained and idle, no task wants it; the "
+                    "functions may terminate it",
+                    extra={"pool": pool_name},
+                )
         return reading
 
     def _idle_period_ended(self, pool_name: str, since: datetime, now: datetime) -> bool:
@@ -227,12 +207,12 @@ class Bridge:
     def _snapshot(self, reading: PoolReading, now: datetime) -> Snapshot | None:
         """The pool's snapshot if it changed, an agent's idle period ran out or the
         heartbeat is due, else None."""
-        withdrawn = self.withdrawn.get(reading.name, set())
         drainer = self.drainers.setdefault(reading.name, Drainer())
         agents = tuple(
             a.as_agent(
-                draining=drainer.reported_draining(a) and a.id not in withdrawn,
+                draining=drainer.reported_draining(a),
                 enabled=drainer.reported_enabled(a),
+                retired=drainer.reported_retired(a),
             )
             for a in reading.agents
         )
@@ -251,10 +231,7 @@ class Bridge:
         # Recorded before the publish: a publish that fails may still have been sent.
         if not self.config.pool(reading.name).provider.drain_idle_agents:
             self.idle_clocks.setdefault(reading.name, IdleClock()).published(agents, now)
-        reported_at = self.draining_reported.setdefault(reading.name, {})
-        for agent in agents:
-            if agent.draining:
-                reported_at[agent.id] = now
+        drains = self.config.pool(reading.name).provider.drain_idle_agents
         return Snapshot(
             pool=reading.name,
             seq=self.seq,
@@ -263,4 +240,6 @@ class Bridge:
             agents=agents,
             master_addresses=self.master_addresses,
             fitting_policy=reading.fitting_policy,
+            # This bridge reports retirements: the functions need no lease on a drain.
+            retires=True if drains else None,
         )

@@ -35,7 +35,7 @@ class AgentReading:
     def idle(self) -> bool:
         return self.used_slots == 0 and self.tasks == 0
 
-    def as_agent(self, *, draining: bool, enabled: bool) -> Agent:
+    def as_agent(self, *, draining: bool, enabled: bool, retired: bool = False) -> Agent:
         return Agent(
             id=self.id,
             slots=self.slots,
@@ -43,6 +43,7 @@ class AgentReading:
             draining=draining,
             tasks=self.tasks,
             enabled=enabled,
+            retired=retired,
         )
 
 

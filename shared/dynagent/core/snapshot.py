@@ -82,6 +82,9 @@ class Agent:
       agent (with ``drain_idle_agents``, only once reported ``draining``).
     - ``tasks``: the tasks running on it, zero-slot ones included (they use no slot, so
       ``used_slots`` alone would call the agent idle).
+    - ``retired``: the publisher drained it and will never enable it again. Where the
+      snapshot ``retires``, these, once idle, are the only agents a pool with
+      ``drain_idle_agents`` terminates; their slots are never room.
     """
 
     id: str = Field(min_length=1)
@@ -90,6 +93,9 @@ class Agent:
     draining: bool = False
     tasks: int = Field(default=0, ge=0)
     enabled: bool = True
+    # Left out of the message while false: it would add its bytes to every agent of
+    # snapshots near the queue's message size.
+    retired: bool = Field(default=False, exclude_if=lambda retired: not retired)
 
     @model_validator(mode="after")
     def _used_within_slots(self) -> Agent:
@@ -119,6 +125,12 @@ class Snapshot(_Wire):
     # Optional within version 1: how the master's scheduler fits tasks on the pool's
     # agents (its fitting_policy): best (the fewest free slots left) or worst.
     fitting_policy: Literal["best", "worst"] | None = None
+    # Optional within version 1: the publisher reports ``retired`` agents. Then, in a
+    # pool with drain_idle_agents, a draining agent not retired is the publisher's to
+    # enable again at any time, and only retired ones are terminated (no lease: a
+    # retirement is never taken back). Without it, a draining report is a lease
+    # (DRAINING_REPORT_LEASE), as publishers that came before it expect.
+    retires: bool | None = Field(default=None, exclude_if=lambda retires: retires is None)
 
     def to_json(self) -> str:
         return self.model_dump_json()

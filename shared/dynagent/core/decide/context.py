@@ -211,8 +211,8 @@ def takes_tasks(agent: Agent, drain: bool) -> bool:
     """Whether pending tasks may count on the agent's free slots. A draining agent takes
     no task: only in a drained pool does its publisher enable it again for pending ones
     (the bridge does); elsewhere it is no room. A disabled one (an admin's, or one the
-    master waits for) is no room anywhere: nobody enables it for them."""
-    return agent.enabled and (drain or not agent.draining)
+    master waits for) or a retired one is no room anywhere: nobody enables it for them."""
+    return agent.enabled and not agent.retired and (drain or not agent.draining)
 
 
 def idle_start(ctx: Context, instance: Instance, agent: Agent | None) -> datetime | None:

@@ -29,6 +29,9 @@ def walk_fleet(ctx: Context) -> Survey:
     # enabled the agent again and the master placed work there (DRAINING_REPORT_LEASE).
     drain = ctx.provider.drain_idle_agents
     drain_lease = ctx.snapshot is not None and ctx.now - ctx.snapshot.time <= DRAINING_REPORT_LEASE
+    # A publisher that reports retirements: only a retired agent goes, whenever the
+    # report is read (it is never taken back), and a draining one may come back.
+    retires = ctx.snapshot is not None and ctx.snapshot.retires is True
     # This loop runs once per instance of fleets of tens of thousands: the names it asks
     # of each are local, and Instance.live is inlined.
     running, starting = InstanceState.RUNNING, InstanceState.STARTING
@@ -67,7 +70,11 @@ def walk_fleet(ctx: Context) -> Survey:
         if drain:
             # The master drained it (the bridge waited out the idle period first) and
             # nothing runs on it: nothing new can land there before the terminate.
-            if drain_lease and agent is not None and agent.draining and agent.idle:
+            if (
+                agent is not None
+                and agent.idle
+                and (agent.retired if retires else drain_lease and agent.draining)
+            ):
                 survey.idle.append((since or ctx.seen_at, instance.id))
         elif since is not None and since <= cutoff:
             survey.idle.append((since, instance.id))
