@@ -271,16 +271,22 @@ def advance(bridge: Bridge, minutes: float) -> None:
     clock.now += timedelta(minutes=minutes)
 
 
-def test_an_idle_agent_is_drained_then_reported_and_enabled_for_new_work(
-    master: LocalDetermined, layout: Layout
-) -> None:
+def one_agent_drained(master: LocalDetermined, layout: Layout) -> tuple[Bridge, Snapshot]:
+    """A trial on one of the pool's two agents; the other idle 6 minutes: drained by the
+    bridge's pass, whose snapshot of the pool is returned."""
     layout.cluster(master)
     master.submit("trial", 8, POOL)
     master.schedule()
     bridge, _ = bridge_for(master, layout.config(drain=True))
     bridge.run_once()  # i-2 idle from now
     advance(bridge, 6)
-    snapshot = layout.ours(bridge.run_once())
+    return bridge, layout.ours(bridge.run_once())
+
+
+def test_an_idle_agent_is_drained_then_reported_and_enabled_for_new_work(
+    master: LocalDetermined, layout: Layout
+) -> None:
+    bridge, snapshot = one_agent_drained(master, layout)
     drained = [a.id for a in snapshot.agents if a.draining]
     assert len(drained) == 1 and master.agent_state(drained[0]) == (False, True)
     assert disables(master) == drained
@@ -303,13 +309,8 @@ def test_an_idle_agent_is_drained_then_reported_and_enabled_for_new_work(
 def test_a_drained_agent_nothing_wants_is_retired_for_good(
     master: LocalDetermined, layout: Layout
 ) -> None:
-    layout.cluster(master)
-    master.submit("trial", 8, POOL)
-    master.schedule()
-    bridge, _ = bridge_for(master, layout.config(drain=True))
-    bridge.run_once()
-    advance(bridge, 6)
-    (agent,) = [a.id for a in layout.ours(bridge.run_once()).agents if a.draining]
+    bridge, snapshot = one_agent_drained(master, layout)
+    (agent,) = [a.id for a in snapshot.agents if a.draining]
     advance(bridge, 0.25)  # drained and idle 15 s: not yet (nothing changed, nothing sent)
     assert not any(a.retired for s in bridge.run_once() for a in s.agents)
     advance(bridge, 0.5)  # 45 s: retired

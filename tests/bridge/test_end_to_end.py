@@ -196,6 +196,19 @@ def ours(snapshots: list[Snapshot], cluster: Cluster) -> list[Snapshot]:
     return [s for s in snapshots if s.pool == cluster.pool.name]
 
 
+def trial_ended_and_agent_drained(make_cluster: Any) -> tuple[Cluster, str, AwsSide]:
+    """A trial ran and ended; its agent idle, drained and published draining, before
+    the function sees that snapshot. The cluster, the agent and the AWS side."""
+    cluster: Cluster = make_cluster()
+    trial = cluster.submit("trial-1", 8)
+    cluster.run_until(lambda: cluster.state(trial) == "RUNNING", "the first trial running")
+    cluster.master.finish(trial)
+    agent = drained_and_published(cluster)
+    side = cluster.cloud
+    assert isinstance(side, AwsSide)
+    return cluster, agent, side
+
+
 @pytest.mark.parametrize("order", ["function first", "bridge first", "stale", "retried"])
 def test_a_task_submitted_while_an_agent_is_drained_runs_on_it_within_one_pass(
     make_cluster: Any, order: str
@@ -212,13 +225,7 @@ def test_a_task_submitted_while_an_agent_is_drained_runs_on_it_within_one_pass(
     up. Now a drained agent is terminated only once reported retired, which the bridge
     never takes back, so it enables a drained one at once.
     """
-    cluster: Cluster = make_cluster()
-    trial = cluster.submit("trial-1", 8)
-    cluster.run_until(lambda: cluster.state(trial) == "RUNNING", "the first trial running")
-    cluster.master.finish(trial)
-    agent = drained_and_published(cluster)
-    side = cluster.cloud
-    assert isinstance(side, AwsSide)
+    cluster, agent, side = trial_ended_and_agent_drained(make_cluster)
 
     held = side.receive() if order in ("stale", "retried") else []  # a Lambda took it
     if order == "function first":
@@ -248,13 +255,7 @@ def test_a_retired_agent_is_terminated_and_a_later_task_gets_a_new_one(
 ) -> None:
     """Drained and idle for RETIRE_AFTER with no task wanting it, the agent is reported
     retired and terminated; a task after that gets a machine of its own."""
-    cluster: Cluster = make_cluster()
-    trial = cluster.submit("trial-1", 8)
-    cluster.run_until(lambda: cluster.state(trial) == "RUNNING", "the first trial running")
-    cluster.master.finish(trial)
-    agent = drained_and_published(cluster)
-    side = cluster.cloud
-    assert isinstance(side, AwsSide)
+    cluster, agent, side = trial_ended_and_agent_drained(make_cluster)
     retired = False
     for _ in range(100):
         retired = retired or any(
