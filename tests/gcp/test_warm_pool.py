@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from dynagent.core.fleet import Mark
-from dynagent.core.plan import MarkWrite
+from dynagent.core.plan import MarkWrite, Stop
 from dynagent.gcp.compute import GceProvider
 from dynagent.run.fallback import CapacityMemory
 from dynagent.run.reconcile import reconcile, sweep
@@ -128,3 +128,27 @@ def test_the_sweep_keeps_max_stopped(compute: LocalCompute) -> None:
     assert outcome.error is None
     left = [vm["name"] for vm in compute.instances()]
     assert len(left) == 1 and left[0] in names
+
+
+def test_the_sweep_deletes_a_vm_stopped_past_its_period_and_never_an_unmanaged_one(
+    compute: LocalCompute,
+) -> None:
+    passes = Passes(compute, warm_pool={"max_stopped": 2, "max_stopped_period": "24h"})
+    name = stopped_agent(passes)
+    # Someone else's VM of the pool's name prefix and pool label, stopped: no managed pair.
+    other = Passes(compute, label_value="someone-else", name_prefix="det-agent-x-")
+    other(pending=[("theirs", 4)])
+    (theirs,) = [vm["name"] for vm in compute.instances() if vm["name"] != name]
+    provider = other.provider()
+    provider.observe()
+    provider.stop((Stop(theirs, "stopped by someone else"),))
+    assert compute.instance(theirs)["status"] == "TERMINATED"
+    # The warm pool's VM, stopped 25 hours ago.
+    provider = passes.provider()
+    provider.observe()
+    long_ago = now() - timedelta(hours=25)
+    provider.write_marks((MarkWrite(Mark.STOPPED_AT, long_ago, (name,), "aged by the test"),))
+    (outcome,) = sweep(passes.config, lambda _: passes.provider(), now())
+    assert outcome.error is None
+    assert name not in {vm["name"] for vm in compute.instances()}
+    assert compute.instance(theirs)["status"] == "TERMINATED"
