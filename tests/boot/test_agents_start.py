@@ -231,6 +231,8 @@ def image_ids(machine: AgentMachine) -> dict[str, str]:
     return dict(line.split() for line in out.splitlines())
 
 
+# Both clouds' boot paths; EC2's two launch paths boot alike after the first boot.
+@pytest.mark.parametrize("path", ["aws-run-instances", "gcp"], indirect=True)
 def test_the_agent_comes_back_under_its_id_from_a_stop_and_start_with_no_pull(
     path: Path, clouds: Any, pool_master: LocalDetermined
 ) -> None:

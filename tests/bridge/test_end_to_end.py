@@ -209,7 +209,14 @@ def trial_ended_and_agent_drained(make_cluster: Any) -> tuple[Cluster, str, AwsS
     return cluster, agent, side
 
 
-@pytest.mark.parametrize("order", ["function first", "bridge first", "stale", "retried"])
+# Every interleaving in the pool alone; beside the neighbours, the one that once killed.
+@pytest.mark.parametrize(
+    ("make_cluster", "order"),
+    [(False, "function first"), (False, "bridge first"), (False, "stale"),
+     (False, "retried"), (True, "stale")],
+    indirect=["make_cluster"],
+    ids=["function first", "bridge first", "stale", "retried", "three pools-stale"],
+)  # fmt: skip
 def test_a_task_submitted_while_an_agent_is_drained_runs_on_it_within_one_pass(
     make_cluster: Any, order: str
 ) -> None:
@@ -250,6 +257,7 @@ def test_a_task_submitted_while_an_agent_is_drained_runs_on_it_within_one_pass(
     finish(cluster)
 
 
+@pytest.mark.parametrize("make_cluster", [False], indirect=True, ids=["one pool"])
 def test_a_retired_agent_is_terminated_and_a_later_task_gets_a_new_one(
     make_cluster: Any,
 ) -> None:

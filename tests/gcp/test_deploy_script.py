@@ -1384,17 +1384,30 @@ def test_delete_removes_the_topics_the_deploy_made_in_the_pubsub_emulator(
                               text=True, timeout=120)  # fmt: skip
         assert done.returncode == 0, done.stderr
 
-    # Both deployments' topics and subscriptions, made by the deploy's own commands, but
-    # for name's sweep topic: made without the label, as someone else would have.
-    for deployment in (name, other):
-        created = dry_run(tmp_path / deployment, "--name", deployment)
-        assert created.returncode == 0, created.stderr
-        for command in created.find("pubsub", "topics", "create") + created.find(
-            "pubsub", "subscriptions", "create"
-        ):
-            if command[4] == f"{name}-sweep":
-                command = [word for word in command if not word.startswith("--labels=")]
-            gcloud(*command[1:])
+    # name's topics and subscriptions, made by the deploy's own gcloud commands, but for
+    # its sweep topic: made without the label, as someone else would have. The other
+    # deployment's, the same through the emulator's client (a gcloud call costs seconds).
+    created = dry_run(tmp_path / name, "--name", name)
+    assert created.returncode == 0, created.stderr
+    for command in created.find("pubsub", "topics", "create") + created.find(
+        "pubsub", "subscriptions", "create"
+    ):
+        if command[4] == f"{name}-sweep":
+            command = [word for word in command if not word.startswith("--labels=")]
+        gcloud(*command[1:])
+    theirs_labels = {"dynagent-deployment": other}
+    topics = f"projects/{PROJECT}/topics/{other}"
+    for topic in ("snapshots", "sweep", "dead-letters"):
+        pubsub_emulator.publisher().create_topic(
+            request={"name": f"{topics}-{topic}", "labels": theirs_labels}
+        )
+    pubsub_emulator.subscriber().create_subscription(
+        request={
+            "name": f"projects/{PROJECT}/subscriptions/{other}-dead-letters",
+            "topic": f"{topics}-dead-letters",
+            "labels": theirs_labels,
+        }
+    )
 
     def names() -> set[str]:
         topics = pubsub_emulator.publisher().list_topics(project=f"projects/{PROJECT}")
