@@ -187,10 +187,17 @@ def test_at_the_cap_a_stopped_machine_is_not_started() -> None:
     assert plan.starts == () and plan.launches == ()
 
 
-def test_a_preempted_stopped_machine_is_an_interruption_not_kept() -> None:
+def test_a_preempted_stopped_machine_is_an_interruption_then_kept() -> None:
     of = warm_pool()
-    preempted = replace(stopped("i-p", of), preempted=True)
+    preempted = replace(stopped("i-p", of), preempted=True, marks={}, spot=True)
     plan = decide(of, fleet(preempted), None, NOW)
+    assert [(i.instance_id, i.kind) for i in plan.interruptions] == [("i-p", "preempted")]
+    assert plan.terminations == ()
+    # Marked stopped now: the adapter no longer reads it as preempted, so it counts once.
+    writes = {(w.mark, w.value) for w in plan.marks if w.instance_ids == ("i-p",)}
+    assert (Mark.STOPPED_AT, NOW) in writes
+    # Without a warm pool it goes, as an interruption.
+    plan = decide(pool(max_instances=3), fleet(preempted), None, NOW)
     assert [t.cause for t in plan.terminations] == ["interrupted"]
 
 

@@ -152,3 +152,23 @@ def test_the_sweep_deletes_a_vm_stopped_past_its_period_and_never_an_unmanaged_o
     assert outcome.error is None
     assert name not in {vm["name"] for vm in compute.instances()}
     assert compute.instance(theirs)["status"] == "TERMINATED"
+
+
+def test_a_preempted_spot_vm_is_kept_stopped_and_started_again(compute: LocalCompute) -> None:
+    passes = Passes(compute, warm_pool=WARM, spot=True)
+    passes(pending=[("exp-1", 4)])
+    (name,) = [vm["name"] for vm in compute.instances()]
+    # With a warm pool a Spot VM is stopped when preempted, not deleted.
+    assert compute.instance(name)["scheduling"]["instanceTerminationAction"] == "STOP"
+    passes(agents=[(name, 4, 4)])
+    assert compute.preempt(name) is False  # kept, TERMINATED
+    first = passes()
+    assert first.plan is not None
+    assert [(i.instance_id, i.kind) for i in first.plan.interruptions] == [(name, "preempted")]
+    assert first.plan.terminations == ()
+    assert "dynagent-stopped-at" in compute.instance(name)["labels"]
+    again = passes()  # counted once: from now on a stopped machine of the warm pool
+    assert again.plan is not None and again.plan.interruptions == ()
+    compute.clear_calls()
+    passes(pending=[("exp-2", 4)])
+    assert any(call.endswith("instances.start") for call in compute.call_names())

@@ -121,7 +121,7 @@ def instance_body(
             "scopes": list(provider.service_account.scopes),
         }
         body["serviceAccounts"] = [*body.get("serviceAccounts", []), account]
-    body["scheduling"] = _scheduling(kind, spot)
+    body["scheduling"] = _scheduling(kind, spot, provider.warm_pool.enabled)
     item = {"key": "startup-script", "value": script}
     theirs = [
         i for i in body.get("metadata", {}).get("items", []) if i.get("key") != "startup-script"
@@ -174,12 +174,14 @@ def _network_interfaces(provider: GcpProvider, theirs: list[Any]) -> list[Any]:
     return [*theirs, interface]
 
 
-def _scheduling(kind: GcpInstanceType, spot: bool) -> dict[str, Any]:
+def _scheduling(kind: GcpInstanceType, spot: bool, warm: bool = False) -> dict[str, Any]:
     # GPUs cannot live-migrate: the VM must stop for host maintenance.
     scheduling: dict[str, Any] = {"onHostMaintenance": "TERMINATE", "automaticRestart": False}
     if spot:
         scheduling["provisioningModel"] = "SPOT"
-        scheduling["instanceTerminationAction"] = "DELETE"
+        # With a warm pool a preempted Spot VM is stopped, not deleted: the pool may keep
+        # it, with its images, and start it when capacity is back.
+        scheduling["instanceTerminationAction"] = "STOP" if warm else "DELETE"
     elif kind.preemptible:
         scheduling["preemptible"] = True
     return scheduling

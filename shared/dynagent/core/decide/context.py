@@ -63,6 +63,9 @@ class Context:
     # included), which max_stopped bounds.
     startable: list[Instance] = field(default_factory=list)
     kept_stopped: int = 0
+    # Spot machines the cloud stopped (preempted) that the warm pool keeps: marked
+    # stopped now, so the preemption is counted once.
+    kept_preempted: set[str] = field(default_factory=set)
     # Each instance's agent, in fleet order (None: not connected), looked up once.
     connected: list[Agent | None] = field(init=False)
     # When the snapshot saw what it says (never later than now).

@@ -36,9 +36,10 @@ def still_wanted(
 def stop_marks(ctx: Context) -> tuple[MarkWrite, ...]:
     """A machine stopped for the warm pool: when, for its period; and its agent's marks
     cleared, so that once started it counts as launched and not registered yet."""
-    if not ctx.stops:
+    kept = {i for i in ctx.kept_preempted if i not in ctx.terminations}
+    if not ctx.stops and not kept:
         return ()
-    ids = tuple(sorted(ctx.stops))
+    ids = tuple(sorted(ctx.stops | kept))
     reason = "stopped for the warm pool"
     cleared = (Mark.REGISTERED, Mark.IDLE_SINCE, Mark.DISCONNECTED_SINCE)
     return (

@@ -18,9 +18,9 @@ from dynagent.core.config import AwsProvider
 from dynagent.core.decide.context import Context
 from dynagent.core.decide.removals import remove_stopped
 from dynagent.core.durations import format_duration
-from dynagent.core.fleet import Instance, InstanceState
+from dynagent.core.fleet import Instance, InstanceState, Mark
 from dynagent.core.offerings import offering_of
-from dynagent.core.plan import Launch, Start
+from dynagent.core.plan import Interruption, Launch, Start
 
 
 def busy_types(ctx: Context) -> Counter[str]:
@@ -35,16 +35,22 @@ def busy_types(ctx: Context) -> Counter[str]:
 
 def keep_warm(ctx: Context, stopped: Iterable[Instance]) -> None:
     """Of the pool's stopped machines, terminate those the warm pool may not keep:
-    preempted or interrupted by the cloud, of another boot config (``boot.drift``) or a
-    type no longer offered, stopped past ``max_stopped_period``, and beyond
-    ``max_stopped``. The others stay; the STOPPED ones may be started."""
+    interrupted by the cloud (EC2 reclaims a spot machine), of another boot config
+    (``boot.drift``) or a type no longer offered, stopped past ``max_stopped_period``,
+    and beyond ``max_stopped``. The others stay; the STOPPED ones may be started. A Spot
+    VM the cloud preempted and stopped (GCE, ``instanceTerminationAction: STOP``) is an
+    interruption, counted once, and then a stopped machine like the others."""
     warm = ctx.provider.warm_pool
     now_config = ctx.boot_config
     candidates = []
     for instance in stopped:
-        if instance.preempted or instance.interrupted_at is not None:
+        if instance.interrupted_at is not None:
             remove_stopped(ctx, instance)
             continue
+        if instance.preempted:
+            ctx.interruptions.append(Interruption(instance.id, "preempted"))
+            ctx.kept_preempted.add(instance.id)
+            instance = replace(instance, marks={**instance.marks, Mark.STOPPED_AT: ctx.now})
         if now_config and instance.boot_config != now_config:
             ctx.terminate(
                 instance.id,
