@@ -80,12 +80,22 @@ def replay_trace(path: Path) -> dict[str, Any]:
     return found
 
 
-def run() -> dict[str, Any]:
+def trace_paths() -> tuple[Path, list[Path]]:
+    """The traces a benchmark replays (``traces_dir``), and where they were looked for."""
     directory = traces_dir()
-    paths = sorted(directory.glob("*.csv"))
+    return directory, sorted(directory.glob("*.csv"))
+
+
+def no_traces(directory: Path) -> dict[str, Any]:
+    """A benchmark's result when ``directory`` holds no trace: said, and skipped."""
+    print(f"  no traces in {directory}: skipped (set DYNAGENT_TRACES)")
+    return {"skipped": f"no traces in {directory}"}
+
+
+def run() -> dict[str, Any]:
+    directory, paths = trace_paths()
     if not paths:
-        print(f"  no traces in {directory}: skipped (set DYNAGENT_TRACES)")
-        return {"skipped": f"no traces in {directory}"}
+        return no_traces(directory)
     traces = {}
     for path in paths:
         traces[path.stem] = found = replay_trace(path)

@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from simulator import traces_dir
+from simulator import no_traces, trace_paths
 
 from dynagent.core.config import parse_config
 from dynagent.simulate.boot import BootModel
@@ -44,11 +44,9 @@ OPTIONS = RunOptions(boot=BootModel(registered_after=360, started_after=90))
 
 
 def run() -> dict[str, Any]:
-    directory = traces_dir()
-    paths = sorted(directory.glob("*.csv"))
+    directory, paths = trace_paths()
     if not paths:
-        print(f"  no traces in {directory}: skipped (set DYNAGENT_TRACES)")
-        return {"skipped": f"no traces in {directory}"}
+        return no_traces(directory)
     cold, warm = (parse_config(POOL_YAML % (size, PERIOD)) for size in (0, RECOMMENDED))
     found: dict[str, Any] = {}
     for path in paths:

@@ -236,14 +236,18 @@ def test_while_the_master_is_unknown_no_stopped_machine_is_started() -> None:
     assert any("launches held" in note for note in plan.waiting)
 
 
-def test_a_full_warm_pool_keeps_the_shapes_the_work_uses_most() -> None:
-    offerings = {"instance_types": ["p3.2xlarge", "p3.16xlarge"]}
-    of = pool(
+def one_and_eight(max_stopped: int) -> Pool:
+    """1- and 8-GPU machines, as an admin writes it (the 8-GPU type its instance_type)."""
+    return pool(
         instance_type="p3.16xlarge",
-        offerings=offerings,
-        warm_pool={"max_stopped": 1},
+        offerings={"instance_types": ["p3.2xlarge", "p3.16xlarge"]},
+        warm_pool={"max_stopped": max_stopped},
         max_instances=4,
     )
+
+
+def test_a_full_warm_pool_keeps_the_shapes_the_work_uses_most() -> None:
+    of = one_and_eight(max_stopped=1)
     small = replace(stopped("i-small", of), instance_type="p3.2xlarge")
     big_idle = idle_agent("i-big", instance_type="p3.16xlarge")
     big_busy = replace(agent_instance("i-busy"), instance_type="p3.16xlarge")
@@ -261,13 +265,7 @@ def test_a_full_warm_pool_keeps_the_shapes_the_work_uses_most() -> None:
 
 
 def test_small_tasks_go_to_stopped_small_machines_rather_than_a_new_large_one() -> None:
-    offerings = {"instance_types": ["p3.2xlarge", "p3.16xlarge"]}
-    of = pool(
-        instance_type="p3.16xlarge",
-        offerings=offerings,
-        warm_pool={"max_stopped": 8},
-        max_instances=4,
-    )
+    of = one_and_eight(max_stopped=8)
     small = [replace(stopped(f"i-s{n}", of), instance_type="p3.2xlarge") for n in range(8)]
     ones = [(f"t{n}", 1) for n in range(8)]
     plan = decide(of, fleet(*small), snapshot(pending=ones), NOW)
