@@ -38,7 +38,9 @@ def replay(policy: str, drain: bool) -> PolicyRun:
 
 def test_within_one_idle_period_of_the_fall_worst_fit_keeps_what_best_fit_keeps() -> None:
     best, worst = replay("best", drain=True), replay("worst", drain=True)
-    settled = FALL + IDLE + 60  # a heartbeat and a sweep past the idle period
+    # A heartbeat and a sweep past the idle period, and the bridge's retirement of the
+    # drained agents (RETIRE_AFTER, at the heartbeat after it).
+    settled = FALL + IDLE + 60 + 60
 
     # The drains consolidate under best fit too: one machine holds the trickle, where
     # without them a second stays up (see below).

@@ -24,17 +24,23 @@ pass that reaps it comes then, not at the next heartbeat; in a pool with
 With ``drain_idle_agents``, the bridge's drains are part of the policy: its ``Drainer``
 reads the master and disables or enables agents before each snapshot, on every change
 of the master and every heartbeat (the real bridge reads every few seconds: here it is
-never late).
+never late), and retires a drained agent idle for ``RETIRE_AFTER``, which the snapshot
+then reports: only retired agents are terminated. Simpler than the bridge: a retirement
+comes at the heartbeat after ``RETIRE_AFTER`` ran out, up to 30 s later than the
+bridge's own few-second passes.
 """
 
 from __future__ import annotations
 
-from dynagent.bridge.drain import Drainer
+import dataclasses
+
+from dynagent.bridge.drain import RETIRE_AFTER, Drainer
 from dynagent.bridge.idle import IdleClock
 from dynagent.core.config import Pool, Settings
 from dynagent.core.fleet import Fleet, Mark
 from dynagent.core.interruptions import INTERRUPTION, Notice, plan_interruption
 from dynagent.core.plan import Plan
+from dynagent.core.snapshot import Snapshot
 from dynagent.run.reconcile import act, reconcile
 from dynagent.simulate.clock import at, next_on_grid, seconds_at
 from dynagent.simulate.cloud import SimCloud
@@ -114,7 +120,9 @@ class DynagentPolicy:
             self.drainer.done(action)
         if any(action.enable for action in actions):
             self.master.schedule(now)  # the master's next tick places tasks there
-        return bool(actions)
+        retired = len(self.drainer.retired)
+        self.drainer.retire(self.master.reading(), at(now))
+        return bool(actions) or len(self.drainer.retired) != retired
 
     def _publishes(self, now: int, change: Change) -> bool:
         """Whether a snapshot reaches the decision now: on any change of the master, on
@@ -167,6 +175,8 @@ class DynagentPolicy:
         """One pass; whether it launched or terminated anything."""
         moment = at(now)
         snapshot = self.master.snapshot(moment) if with_snapshot else None
+        if snapshot is not None and self.drainer is not None:
+            snapshot = _retiring(snapshot, self.drainer)
         if snapshot is not None and self.idle_clock is not None:
             self.idle_clock.published(snapshot.agents, moment)
         plan = reconcile(self.pool, self.cloud, snapshot, moment, self.settings).plan
@@ -234,10 +244,25 @@ class DynagentPolicy:
         # tasks or the smallest one warm headroom is kept on.
         deadlines += self.cloud.remembered_until()
         if self.drainer is not None:
-            # The bridge drains an agent idle for the period by its own clock.
+            # The bridge drains an agent idle for the period by its own clock, and retires
+            # a drained one idle for RETIRE_AFTER.
             period = self._periods[Mark.IDLE_SINCE]
             deadlines += [seconds_at(since) + period for since in self.drainer.idle_since.values()]
+            retire = int(RETIRE_AFTER.total_seconds())
+            deadlines += [
+                seconds_at(since) + retire for since in self.drainer.drained_idle_since.values()
+            ]
         return min((d for d in deadlines if d > now), default=None)
+
+
+def _retiring(snapshot: Snapshot, drainer: Drainer) -> Snapshot:
+    """The snapshot as the bridge publishes it: its retirements reported."""
+    retired = drainer.retired
+    agents = tuple(
+        dataclasses.replace(a, retired=True) if a.id in retired and a.draining else a
+        for a in snapshot.agents
+    )
+    return snapshot.model_copy(update={"retires": True, "agents": agents})
 
 
 def _due(time: int | None, now: int) -> bool:
