@@ -59,7 +59,12 @@ def test_a_foreground_boot_runs_as_long_as_its_agent(
     gcp_machine.wait_for(master.registrations, what="the agent to register")
     assert gcp_machine.boot_exit_code is None
     assert master.registrations() == [AgentRegistration("det-agent-pool-7-0", "default", 2, "cuda")]
-    assert "registered with the master" in gcp_machine.console
+    # The agent says so after the master answered: its line may reach the console a
+    # moment after the registration does (found once on a loaded machine).
+    gcp_machine.wait_for(
+        lambda: "registered with the master" in gcp_machine.console,
+        what="the agent's registration in the console",
+    )
 
 
 def test_a_cuda_agent_without_gpus_fails_as_the_real_one_does(
