@@ -76,19 +76,17 @@ def run_day(master: LocalDetermined) -> Day:
     place(tensorboard.task_id, "aws-a100", "TENSORBOARD", 0)
     gc = master.submit("Checkpoint GC", 0, "default", type="CHECKPOINT_GC")
     place(gc.task_id, "default", "CHECKPOINT_GC", 0)
-    ended: dict[str, datetime] = {}
-    for task_id, hours in [
-        (gc.task_id, 0.25),
-        (command.task_id, 0.75),
-        (trial_1.task_id, 1),
-        (notebook.task_id, 0.5),
-        (trial_3.task_id, 0.5),
-        (tensorboard.task_id, 0.25),
-        (trial_2.task_id, 2),
-    ]:
-        master.advance(hours * HOUR)
-        master.finish(task_id)
-        ended[task_id] = master.now()
+    ended = master.finish_in_turn(
+        [
+            (gc.task_id, 0.25),
+            (command.task_id, 0.75),
+            (trial_1.task_id, 1),
+            (notebook.task_id, 0.5),
+            (trial_3.task_id, 0.5),
+            (tensorboard.task_id, 0.25),
+            (trial_2.task_id, 2),
+        ]
+    )
     shell = master.launch("SHELL", 1, "default")
     place(shell.task_id, "default", "SHELL", 1)
     master.advance(HOUR)

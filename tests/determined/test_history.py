@@ -71,17 +71,15 @@ def run_day(master: LocalDetermined) -> Day:
     gc = master.submit("Checkpoint GC", 0, type="CHECKPOINT_GC")
     placed(gc.task_id, gc.allocation_id)
 
-    ended: dict[str, datetime] = {}
-    for task_id, hours in [
-        (gc.task_id, 0.25),
-        (command.task_id, 0.75),
-        (trial_1.task_id, 1),
-        (notebook.task_id, 0.5),
-        (trial_2.task_id, 2),
-    ]:
-        master.advance(hours * HOUR)
-        master.finish(task_id)
-        ended[task_id] = master.now()
+    ended = master.finish_in_turn(
+        [
+            (gc.task_id, 0.25),
+            (command.task_id, 0.75),
+            (trial_1.task_id, 1),
+            (notebook.task_id, 0.5),
+            (trial_2.task_id, 2),
+        ]
+    )
     master.advance(HOUR)
     master.remove_agent("cloud-1")
     cloud_left = master.now()

@@ -6,7 +6,7 @@ ends. ``Cluster`` is what a test does to the master without the API; ``LocalDete
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -460,6 +460,16 @@ class Cluster:
         history (GET /api/v1/tasks/{id}, the experiment's trials, the raw allocation)."""
         with self._lock:
             end_task(self._state, self._task(task_id), "FINISHED")
+
+    def finish_in_turn(self, ends: Sequence[tuple[str, float]]) -> dict[str, datetime]:
+        """Each task of ``ends`` finishes after its hours have passed on the fake clock, one
+        after the other (hours from the one before); when each ended, by task id."""
+        ended: dict[str, datetime] = {}
+        for task_id, hours in ends:
+            self.advance(hours * 3600)
+            self.finish(task_id)
+            ended[task_id] = self.now()
+        return ended
 
     def task_state(self, task_id: str) -> str:
         """QUEUED, RUNNING, FINISHED, KILLED (by a disable without drain) or ERROR (pruned
