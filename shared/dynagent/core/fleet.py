@@ -11,6 +11,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dynagent.core.reservations import Reservation
 
 
 class InstanceState(enum.Enum):
@@ -70,6 +74,8 @@ class Instance:
     preempted: bool = False
     # The hash of the boot config it was launched with (``boot.drift``): "" if unknown.
     boot_config: str = ""
+    # The reservation it runs in (``core.reservations``), as the cloud reports it: "".
+    reservation: str = ""
 
     @property
     def live(self) -> bool:
@@ -124,6 +130,8 @@ class Fleet:
     unavailable: frozenset[str] = frozenset()
     # Spot prices the cloud quotes, dollars per hour by machine type (lowest over zones).
     spot_prices: dict[str, float] = field(default_factory=dict)
+    # The reservations the pool names, as the cloud reports them now.
+    reservations: tuple[Reservation, ...] = ()
 
     def instance(self, instance_id: str) -> Instance | None:
         for instance in self.instances:

@@ -18,6 +18,8 @@ from dynagent.core.fleet import Instance
 class Purchase(enum.Enum):
     ON_DEMAND = "on-demand"
     SPOT = "spot"
+    # Into a reservation the pool names (``core.reservations``): paid for already.
+    RESERVED = "reserved"
 
 
 @dataclass(frozen=True)
@@ -35,15 +37,23 @@ class Offering:
     # The GPUs a machine type does not name, for people: Compute Engine attaches them
     # to the machine ("4 x nvidia-tesla-t4"). Not part of what the offering is.
     gpus: str = field(default="", compare=False)
+    # RESERVED: the reservation's id, and whether it is an EC2 Capacity Block (launched
+    # in its own market).
+    reservation: str = ""
+    capacity_block: bool = False
 
     @property
     def key(self) -> str:
-        """Names the offering in logs, caches and tags: ``TYPE@ZONE/PURCHASE``."""
-        return offering_key(self.instance_type, self.zone, self.purchase)
+        """Names the offering in logs, caches and tags: ``TYPE@ZONE/PURCHASE``, and for a
+        reservation ``TYPE@ZONE/reserved:ID`` (one offering per reservation)."""
+        key = offering_key(self.instance_type, self.zone, self.purchase)
+        return f"{key}:{self.reservation}" if self.reservation else key
 
     def describe(self) -> str:
         where = f" in {self.zone}" if self.zone else ""
         machine = f"{self.instance_type} + {self.gpus}" if self.gpus else self.instance_type
+        if self.reservation:
+            return f"{machine} in reservation {self.reservation}{where}"
         return f"{machine} {self.purchase.value}{where} (${self.price:.2f}/h)"
 
 

@@ -77,6 +77,8 @@ class Demand:
     free_after: list[tuple[int, int]] = field(default_factory=list)
     # What the caps still allow after these new machines (None: nothing was packed).
     budget: Budget | None = None
+    # The tasks placed on each machine still booting, by its index in ``existing``.
+    placed_on: dict[int, list[str]] = field(default_factory=dict)
 
     @property
     def new_instances(self) -> list[list[str]]:
@@ -354,9 +356,11 @@ class _Placement:
             self._gang(task)
         queue = _Queue(small)
         free = self.free
+        placed_on = demand.placed_on
         for index, machine in enumerate(self.existing):
             if machine.arriving and free[index] and queue.sizes():
-                _, free[index] = queue.fill(free[index])
+                placed, free[index] = queue.fill(free[index])
+                placed_on.setdefault(index, []).extend(placed)
         _open_machines(demand, queue, self.shapes, self.budget)
         stuck = {t.task for t, _ in demand.waiting[held[0] :]}
         stuck.update(u.task for u in demand.unschedulable[held[1] :])
@@ -433,6 +437,7 @@ class _Placement:
             return
         for index in booting:
             self.free[index] = 0
+            demand.placed_on.setdefault(index, []).append(task.task)
         for index in idle:
             self.fit.take_whole(index)
         if shape is not None and new:

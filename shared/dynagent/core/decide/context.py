@@ -21,6 +21,7 @@ from dynagent.core.plan import (
     Interruption,
     Termination,
 )
+from dynagent.core.reservations import Reservation
 from dynagent.core.snapshot import Agent, PendingTask, Snapshot
 
 _ID = operator.attrgetter("id")
@@ -75,6 +76,12 @@ class Context:
     shapes: tuple[Shape, ...] = field(init=False)
     # The pending tasks of no slots: read once, as several rules ask.
     zero_slot: list[PendingTask] = field(init=False)
+    # The reservations the pool names and offers the type of (``core.reservations``):
+    # those new work may go to now, those whose idle agents are kept (active and not
+    # ending), and those whose machines the cloud is about to take back.
+    usable: tuple[Reservation, ...] = field(init=False)
+    held: frozenset[str] = field(init=False)
+    ending: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.seen_at = min(self.snapshot.time, self.now) if self.snapshot else self.now
@@ -83,6 +90,13 @@ class Context:
         self.zero_slot = [t for t in pending if t.slots == 0] if 0 in map(_SLOTS, pending) else []
         self.catalog = self.pool.provider.catalog(self.fleet.spot_prices, self.fleet.unavailable)
         self.shapes = self.catalog.shapes()
+        lead = self.pool.provider.drain_before_reservation_end
+        offered = [r for r in self.fleet.reservations if self.catalog.offers(r.instance_type)]
+        self.usable = tuple(r for r in offered if r.usable(self.now, lead))
+        self.ending = frozenset(r.id for r in offered if r.ending(self.now, lead))
+        self.held = frozenset(
+            r.id for r in offered if r.active(self.now) and r.id not in self.ending
+        )
         instances = self.fleet.instances
         # The agents by id are needed only here: dropped while what they point to is
         # still in the cache (at 100k agents, freeing them at the end of the pass cost
@@ -121,6 +135,12 @@ class Context:
         removal and no spot request never does."""
         instances = self.fleet.instances
         return dict(zip(map(_ID, instances), instances, strict=True))
+
+    @functools.cached_property
+    def agents_by_id(self) -> dict[str, Agent]:
+        """Each connected instance's agent by instance id; built when first needed."""
+        instances = self.fleet.instances
+        return {i.id: a for i, a in zip(instances, self.connected, strict=True) if a is not None}
 
     @property
     def provider(self) -> ProviderConfig:

@@ -1,6 +1,6 @@
 """Idle agents: terminated past max_idle_agent_period, the costliest first, never below
-min_instances or the warm headroom, and never one that pending tasks count on; stopped
-instead while the warm pool has room.
+min_instances or the warm headroom, never one that pending tasks count on, and never
+one in an active reservation; stopped instead while the warm pool has room.
 """
 
 from __future__ import annotations
@@ -45,6 +45,17 @@ def agents_counted_on(ctx: Context, survey: Survey) -> set[str]:
     }
 
 
+def in_reservation(ctx: Context, instance_id: str) -> bool:
+    """The machine runs in an active reservation: removing it saves nothing, as the
+    reservation is paid for anyway. A retired agent is the exception: its publisher never
+    enables it again, so it only frees its place for a machine that can take work."""
+    instance = ctx.by_id[instance_id]
+    if instance.reservation not in ctx.held:
+        return False
+    agent = ctx.agents_by_id.get(instance_id)
+    return agent is None or not agent.retired
+
+
 def reap_idle(
     ctx: Context,
     idle: list[tuple[datetime, str]],
@@ -68,6 +79,8 @@ def reap_idle(
         if live <= floor:
             break
         if instance_id in counted_on or not headroom.may_remove(instance_id):
+            continue
+        if in_reservation(ctx, instance_id):
             continue
         reason = f"idle for {format_duration(ctx.now - since)}"
         if provider.drain_idle_agents:

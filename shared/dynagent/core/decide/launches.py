@@ -1,5 +1,6 @@
-"""New machines: for the pending tasks, where the master will put them (``packing``);
-then for zero-slot work, min_instances and warm headroom. Held, each saying why, while
+"""New machines: for the pending tasks, where the master will put them (``packing``),
+into the pool's reservations first; then for zero-slot work, min_instances and warm
+headroom. Held, each saying why, while
 no agent could reach the master.
 """
 
@@ -14,7 +15,7 @@ from dynagent.core.decide.headroom import headroom_launches
 from dynagent.core.decide.warm_pool import start_instead
 from dynagent.core.decide.zero_slot import zero_slot_launches
 from dynagent.core.offerings import Catalog, Offering, Shape
-from dynagent.core.packing import Demand, Existing, NewMachine, pack
+from dynagent.core.packing import NO_CAP, Demand, Existing, NewMachine, pack
 from dynagent.core.plan import Launch, Start
 from dynagent.core.snapshot import PendingTask, Snapshot
 
@@ -40,9 +41,11 @@ def plan_launches(
     pending = ctx.snapshot.pending if ctx.snapshot else ()
     if ctx.zero_slot:
         pending = tuple(task for task in pending if task.slots > 0)
-    demand = pack_pending(ctx, pending, existing, live)
+    places = reserved_places(ctx, live) if pending else []
+    demand, used = pack_with_places(ctx, pending, existing, places, live)
     catalog = ctx.catalog
-    launches = launches_for_demand(catalog, demand.new_machines)
+    launches = [*used, *launches_for_demand(catalog, demand.new_machines)]
+    live += len(used)
     smallest = ctx.smallest
     launches += zero_slot_launches(ctx, demand, smallest, live, len(launches))
     if smallest is None:
@@ -61,6 +64,78 @@ def plan_launches(
     return tuple(launches), tuple(starts), demand
 
 
+def reserved_places(ctx: Context, live: int) -> list[Offering]:
+    """A launch's offering for each free place of the reservations new work may go to,
+    within the caps' room; the reservation that ends first is used first (what it does
+    not hold is lost at its end)."""
+    provider = ctx.provider
+    machines = provider.machine_cap
+    room = NO_CAP if machines is None else max(0, machines - live)
+    slot_room = slots_left(ctx)
+    refused = ctx.fleet.unavailable
+    places: list[Offering] = []
+    last = datetime.max.replace(tzinfo=ctx.now.tzinfo)
+    for reservation in sorted(ctx.usable, key=lambda r: (r.ends_at or last, r.id)):
+        slots = ctx.catalog.slots_of(reservation.instance_type, provider.slots_per_instance)
+        offering = reservation.offering(slots)
+        if offering.key in refused or slots <= 0:
+            continue
+        for _ in range(reservation.available):
+            if len(places) >= room or (slot_room is not None and slot_room < slots):
+                return places
+            places.append(offering)
+            if slot_room is not None:
+                slot_room -= slots
+    return places
+
+
+def pack_with_places(
+    ctx: Context,
+    pending: tuple[PendingTask, ...],
+    existing: list[Existing],
+    places: list[Offering],
+    live: int,
+) -> tuple[Demand, list[Launch]]:
+    """Pack ``pending`` with the reservations' free ``places`` as machines already paid
+    for: after the machines booting, before any new one; the launches into the places
+    used. The caps' room the places take is held for them; if tasks wait at a cap while
+    some places went unused, the packing is done again without those."""
+    if not places:
+        return pack_pending(ctx, pending, existing, live), []
+    first = len(existing)
+    for _ in range(2):
+        virtual = [Existing(o.slots, o.slots) for o in places]
+        held = sum(o.slots for o in places)
+        demand = pack_pending(ctx, pending, existing + virtual, live + len(places), held)
+        used = [
+            index for index, (slots, free) in enumerate(demand.free_after[first:]) if free < slots
+        ]
+        if len(used) == len(places) or not demand.waiting:
+            break
+        places = [places[index] for index in used]
+    launches = []
+    for index in used:
+        offering = places[index]
+        tasks = demand.placed_on.get(first + index, [])
+        launches.append(
+            Launch(
+                f"pending tasks: {', '.join(tasks)} (reservation {offering.reservation})",
+                tuple(tasks),
+                (offering, *ctx.catalog.fallbacks(shape_of(ctx, offering))),
+            )
+        )
+    return demand, launches
+
+
+def shape_of(ctx: Context, offering: Offering) -> Shape:
+    """The pool's shape of an offering's type, for its fallbacks."""
+    for shape in ctx.shapes:
+        if shape.instance_type == offering.instance_type:
+            return shape
+    price = ctx.catalog.price_of(offering.instance_type, spot=False)
+    return Shape(offering.instance_type, offering.slots, price)
+
+
 def launches_for_demand(catalog: Catalog, machines: list[NewMachine]) -> list[Launch]:
     """A launch for each new machine pending tasks need; thousands in a large pass."""
     launches = []
@@ -77,11 +152,17 @@ def launches_for_demand(catalog: Catalog, machines: list[NewMachine]) -> list[La
 
 
 def pack_pending(
-    ctx: Context, pending: tuple[PendingTask, ...], existing: list[Existing], live: int
+    ctx: Context,
+    pending: tuple[PendingTask, ...],
+    existing: list[Existing],
+    live: int,
+    held_slots: int = 0,
 ) -> Demand:
-    """Where the master will put ``pending`` (``packing.pack``), within the pool's caps."""
+    """Where the master will put ``pending`` (``packing.pack``), within the pool's caps,
+    less ``held_slots`` of the cap in slots."""
     provider = ctx.provider
     cap, machines = provider.slot_cap, provider.machine_cap
+    slot_room = slots_left(ctx)
     return pack(
         pending,
         ctx.shapes,
@@ -89,7 +170,7 @@ def pack_pending(
         room=None if machines is None else max(0, machines - live),
         max_machines=machines,
         largest_slots=provider.slots_per_instance,
-        slot_room=slots_left(ctx),
+        slot_room=None if slot_room is None else max(0, slot_room - held_slots),
         max_slots=cap,
         sizes=tuple({o.slots for o in ctx.catalog.offerings}),
         fitting_policy=ctx.snapshot.fitting_policy if ctx.snapshot else None,

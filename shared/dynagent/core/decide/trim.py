@@ -48,7 +48,8 @@ def trim_to_max(ctx: Context) -> None:
             for pair in zip(ctx.fleet.instances, ctx.connected, strict=True)
             if ctx.kept(pair[0])
         ),
-        key=lambda pair: trim_rank(ctx, *pair),
+        # Machines in an active reservation last: removing them saves nothing.
+        key=lambda pair: (pair[0].reservation in ctx.held, trim_rank(ctx, *pair)),
     )
     for instance, agent in candidates:
         if excess <= 0 and over <= 0:

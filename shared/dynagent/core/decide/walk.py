@@ -37,6 +37,7 @@ def walk_fleet(ctx: Context) -> Survey:
     running, starting = InstanceState.RUNNING, InstanceState.STARTING
     registered, idle, interrupted = Mark.REGISTERED, Mark.IDLE_SINCE, Mark.INTERRUPTED_AT
     disconnected = Mark.DISCONNECTED_SINCE
+    ending = ctx.ending
     for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
         state, marks = instance.state, instance.marks
         if state is not running and state is not starting:
@@ -46,6 +47,12 @@ def walk_fleet(ctx: Context) -> Survey:
                 remove_stopped(ctx, instance)
             continue
         if interrupted in marks and going_away(ctx, instance, survey):
+            continue
+        if ending and instance.reservation in ending:
+            # The cloud takes it back at the reservation's end: like an interrupted
+            # machine, neither room for pending work nor counted toward the caps.
+            ctx.going.add(instance.id)
+            ctx.kept_count -= 1
             continue
         if agent is None:
             review_absent(ctx, instance)

@@ -29,6 +29,12 @@ DEFAULT_IMAGE_IDS: dict[str, str] = {
     "eu-west-2": "ami-02248e5d563fb4017",
     "eu-west-1": "ami-0870dc8c1081c2ed0",
 }
+# What a pool's ``reservations`` entry may be: an ODCR or Capacity Block id, the ARN of
+# a capacity reservation group, or a tag selector matching reservations by their tags.
+RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8}([0-9a-f]{9})?$")
+RESERVATION_GROUP = re.compile(r"^arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[\w.-]+$")
+RESERVATION_TAGS = re.compile(r"^tag:[^=]{1,128}=.{0,256}$")
+
 # Fields Determined fills in when they are empty (aws_config.go ``InitDefaultValues``):
 # an empty string is unset for these.
 _EMPTY_IS_UNSET = ("region", "image_id", "spot_max_price", "tag_value")
@@ -95,6 +101,8 @@ class AwsProvider(ProvisionerFields):
     log_group: str | None = None
     log_stream: str | None = None
     offerings: AwsOfferings | None = None
+    # Ours: reservations the pool launches into before anything else (core.reservations).
+    reservations: tuple[str, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -124,6 +132,26 @@ class AwsProvider(ProvisionerFields):
         if price is not None and (not _PRICE.match(price) or float(price) <= 0):
             raise ValueError(f'{price!r} is not a price in dollars per hour, like "3.50"')
         return price
+
+    @field_validator("reservations")
+    @classmethod
+    def _reservations(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in entries:
+            if not (
+                RESERVATION_ID.match(entry)
+                or RESERVATION_GROUP.match(entry)
+                or RESERVATION_TAGS.match(entry)
+            ):
+                raise ValueError(
+                    f"{entry!r} is not a capacity reservation: give its id (cr-0123456789abcdef0), "
+                    "a capacity reservation group's ARN (arn:aws:resource-groups:REGION:ACCOUNT:"
+                    "group/NAME), or tags its reservations carry (tag:KEY=VALUE)"
+                )
+        if len(set(entries)) != len(entries):
+            raise ValueError(
+                f"lists {sorted(e for e in set(entries) if entries.count(e) > 1)} twice"
+            )
+        return entries
 
     @model_validator(mode="after")
     def _aws_checks(self) -> AwsProvider:

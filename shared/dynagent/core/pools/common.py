@@ -142,6 +142,10 @@ class ProvisionerFields(StrictModel):
     drain_idle_agents: bool = False
     # Ours: idle agents stopped, not terminated, and started before new machines launch.
     warm_pool: WarmPool = WarmPool()
+    # Ours: how long before a reservation's hard end (a Capacity Block's, a calendar-mode
+    # reservation's) its agents stop taking work. EC2 warns 40 minutes before a block's
+    # end and starts terminating its instances 30 minutes before.
+    drain_before_reservation_end: Duration = timedelta(minutes=40)
 
     @field_validator("master_url")
     @classmethod
@@ -156,7 +160,10 @@ class ProvisionerFields(StrictModel):
         return pem
 
     @field_validator(
-        "max_idle_agent_period", "max_agent_starting_period", "max_disconnected_period"
+        "max_idle_agent_period",
+        "max_agent_starting_period",
+        "max_disconnected_period",
+        "drain_before_reservation_end",
     )
     @classmethod
     def _positive(cls, period: timedelta) -> timedelta:

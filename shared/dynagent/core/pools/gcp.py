@@ -28,6 +28,11 @@ from dynagent.core.prices import (
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 NAME_PREFIX = re.compile(r"^[a-z][-a-z0-9]*$")
+# A pool's ``reservations`` entry: a reservation of the pool's project, by name, or a
+# shared one of another project.
+RESERVATION = re.compile(
+    r"^(projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/reservations/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+)
 # Room the prefix leaves in a 63-character name for a 16-character launch digest and an
 # index. ``det deploy gcp`` writes prefixes like det-dynamic-agent-CLUSTER-0-38-0-.
 MAX_NAME_PREFIX = 40
@@ -150,6 +155,23 @@ class GcpProvider(ProvisionerFields):
     # instance_type.preemptible.
     spot: bool = False
     offerings: GcpOfferings | None = None
+    # Ours: reservations the pool launches into before anything else (core.reservations).
+    reservations: tuple[str, ...] = ()
+
+    @field_validator("reservations")
+    @classmethod
+    def _reservations(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in entries:
+            if not RESERVATION.match(entry):
+                raise ValueError(
+                    f"{entry!r} is not a reservation: give its name (h100-reserved) or, shared "
+                    "from another project, projects/PROJECT/reservations/NAME"
+                )
+        if len(set(entries)) != len(entries):
+            raise ValueError(
+                f"lists {sorted(e for e in set(entries) if entries.count(e) > 1)} twice"
+            )
+        return entries
 
     @model_validator(mode="before")
     @classmethod
