@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
+from dynagent.core.config import Pool
 from dynagent.core.decide import decide
 from dynagent.core.fleet import Fleet
 from dynagent.core.offerings import Purchase
@@ -17,9 +19,9 @@ SUBNET_A, SUBNET_B = "subnet-0a", "subnet-0b"
 SIX = [(f"exp-{n}.trial-1", 8) for n in range(6)]
 
 
-def p4d_pool(**overrides: object) -> object:
+def p4d_pool(**overrides: Any) -> Pool:
     """A p4d pool as an admin writes it: max_instances, two subnets, one reservation."""
-    fields: dict[str, object] = {
+    fields: dict[str, Any] = {
         "instance_type": "p4d.24xlarge",
         "max_instances": 10,
         "mixed_gpu_models": True,
