@@ -23,8 +23,8 @@ from dynagent.simulate.run import RunOptions
 from dynagent.simulate.trace import load_trace
 
 # The size and period docs/warm-pools.md recommends for this pool.
-RECOMMENDED = 40
-PERIOD = "72h"
+RECOMMENDED = 50
+PERIOD = "48h"
 P50_TARGET = 120
 COST_TARGET = 1.01
 POOL_YAML = """
