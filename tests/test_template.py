@@ -35,6 +35,9 @@ DESCRIBES = {
     "ec2:DescribeImages",
     "ec2:DescribeLaunchTemplateVersions",
     "ec2:DescribeSpotPriceHistory",
+    # The reservations a pool names, and its subnets' zones to launch into them.
+    "ec2:DescribeCapacityReservations",
+    "ec2:DescribeSubnets",
 }
 # X-Ray's writes name no resource: the only other actions allowed on "*".
 TRACE_WRITES = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
@@ -54,6 +57,8 @@ LAUNCH_INPUT_TYPES = {
     "security-group",
     "network-interface",
     "key-pair",
+    # A launch into a reservation the pool names.
+    "capacity-reservation",
 }
 NEEDS_MANAGED_RESOURCE = {
     "ec2:CreateLaunchTemplateVersion",

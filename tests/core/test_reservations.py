@@ -99,7 +99,7 @@ def test_places_stay_within_max_instances() -> None:
 
 def test_a_reservation_not_started_or_in_a_zone_the_pool_lacks_is_not_used() -> None:
     later = odcr(starts_at=NOW + timedelta(hours=1), kind=ReservationKind.CAPACITY_BLOCK)
-    elsewhere = odcr(zone="")
+    elsewhere = odcr(matched=False)
     for reservation in (later, elsewhere):
         plan = decide(p4d_pool(), Fleet(reservations=(reservation,)), snapshot(pending=SIX), NOW)
         assert len(plan.launches) == 6

@@ -19,13 +19,24 @@ from dynagent.core.boot import MasterUrlError, agent_boot, machine_gpus, master_
 from dynagent.core.config import AwsProvider, Pool, Settings
 from dynagent.core.fleet import Fleet, Instance, InstanceState, RequestState, SpotRequest
 from dynagent.core.offerings import Offering, Purchase
-from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Start, Stop, Termination
+from dynagent.core.plan import (
+    Adoption,
+    Cancellation,
+    Launch,
+    MarkWrite,
+    Plan,
+    Start,
+    Stop,
+    Termination,
+)
+from dynagent.core.reservations import Reservation
 from dynagent.run.fallback import Attempt, launch_with_fallback
 from dynagent.run.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult, StartResult
 
 from . import tags
 from .fleet_launch import (
     METADATA_OPTIONS,
+    NO_RESERVATION,
     SPOT_PRICES_FOR,
     FleetLauncher,
     WarmState,
@@ -33,6 +44,15 @@ from .fleet_launch import (
     template_data,
 )
 from .refusals import UNFULFILLABLE_SPOT_STATUSES, refusal_kind
+from .reservations import (
+    RESERVATIONS_FOR,
+    ReservationCache,
+    describe_named,
+    in_each,
+    pool_subnets,
+    reservation_from,
+    subnet_zones,
+)
 
 # EC2 takes at most this many ids in one TerminateInstances or CreateTags call.
 MAX_IDS_PER_CALL = 1000
@@ -113,13 +133,36 @@ class Ec2Provider:
         instances = tuple(self._instances(self._filters(_LIVE_STATES)))
         requests = tuple(self._spot_requests()) if self.config.spot else ()
         instances, requests = self._with_in_flight(instances, requests)
-        if self.config.offerings is None:
+        reservations = self.reservations(instances)
+        if self.config.offerings is None and not reservations:
             return Fleet(instances=instances, spot_requests=requests)
         return Fleet(
             instances=instances,
             spot_requests=requests,
             unavailable=self.warm.memory(self.pool.name).unavailable(self.clock()),
             spot_prices=self._spot_prices(),
+            reservations=reservations,
+        )
+
+    def reservations(self, instances: tuple[Instance, ...]) -> tuple[Reservation, ...]:
+        """The reservations the pool names, read at most once a minute by a warm function
+        (``aws.reservations``), their free places counted against ``instances``."""
+        if not self.config.reservations:
+            return ()
+        cache = self.warm.reservations.setdefault(self.pool.name, ReservationCache())
+        now = self.clock()
+        ours = in_each(instances)
+        if cache.read_at is None or now - cache.read_at >= RESERVATIONS_FOR:
+            items = describe_named(self.ec2, self.config.reservations)
+            cache.items = [(item, ours.get(item["CapacityReservationId"], 0)) for item in items]
+            cache.read_at = now
+        subnets = pool_subnets(self.config)
+        zones = subnet_zones(self.ec2, subnets, cache.subnet_zones)
+        return tuple(
+            reservation_from(
+                item, (then, ours.get(item["CapacityReservationId"], 0)), subnets, zones, now
+            )
+            for item, then in cache.items
         )
 
     def _with_in_flight(
@@ -192,6 +235,7 @@ class Ec2Provider:
                             zone=item.get("SubnetId", ""),
                             spot=item.get("InstanceLifecycle") == "spot",
                             aliases=_hostnames(item.get("PrivateDnsName", "")),
+                            reservation=item.get("CapacityReservationId", ""),
                         )
 
     def _spot_requests(self) -> Iterator[SpotRequest]:
@@ -223,7 +267,7 @@ class Ec2Provider:
                 f"{USER_DATA_LIMIT} of user data: shorten startup_script, "
                 "container_startup_script or agent_config_file_contents"
             )
-        if self.config.offerings is not None:
+        if self.config.offerings is not None or any(_reserved(la) for la in plan.launches):
             return self._launch_fleet(plan, user_data)
         try:
             if self.config.spot:
@@ -245,8 +289,19 @@ class Ec2Provider:
         return result
 
     def _launch_fleet(self, plan: Plan, user_data: str) -> LaunchResult:
-        """Each machine on its first offering EC2 has capacity for, via CreateFleet."""
-        call = self.fleet_launcher(user_data).call(plan.launch_key, plan.boot_config)
+        """Each machine on its first offering EC2 has capacity for: into a reservation
+        with RunInstances naming it, else via CreateFleet (a pool with ``offerings``) or
+        RunInstances on the offering (a pool of one type with reservations)."""
+        fleet = (
+            self.fleet_launcher(user_data).call(plan.launch_key, plan.boot_config)
+            if self.config.offerings is not None
+            else None
+        )
+
+        def call(offering: Offering, count: int) -> Attempt:
+            if fleet is None or offering.reservation:
+                return self._run_on(offering, count, plan, user_data)
+            return fleet(offering, count)
 
         def remembered(offering: Offering, count: int) -> Attempt:
             attempt = call(offering, count)
@@ -258,6 +313,7 @@ class Ec2Provider:
                     instance_type=offering.instance_type,
                     zone=offering.zone,
                     spot=offering.purchase is Purchase.SPOT,
+                    reservation=offering.reservation,
                 )
             return attempt
 
@@ -265,6 +321,26 @@ class Ec2Provider:
         result = launch_with_fallback(plan.launches, remembered, memory, self.clock())
         self._wait_visible(result.started, requests=False)
         return result
+
+    def _run_on(self, offering: Offering, count: int, plan: Plan, user_data: str) -> Attempt:
+        """RunInstances for ``count`` machines of one offering, as one fallback step: a
+        reservation's places, or a pool of one type's machine beside its reservations.
+        EC2 starts what the reservation still holds (MinCount 1); the rest fall back."""
+        request = self.run_request(count, plan.launch_key, user_data, offering, plan.boot_config)
+        try:
+            response = self.ec2.run_instances(**request)
+        except ClientError as error:
+            code = error_code(error)
+            if code == "IdempotentParameterMismatch":
+                return Attempt(replayed=True)
+            if refusal_kind(code) is LaunchErrorKind.CAPACITY:
+                return Attempt(out_of_capacity=True)
+            if code in LAUNCH_REFUSALS or refusal_kind(code) is not LaunchErrorKind.OTHER:
+                message = f"{code}: {error.response['Error'].get('Message', '')}"
+                return Attempt(error=message, error_kind=refusal_kind(code))
+            raise
+        started = tuple(item["InstanceId"] for item in response["Instances"])
+        return Attempt(started=started, out_of_capacity=len(started) < count)
 
     def fleet_launcher(self, user_data: str) -> FleetLauncher:
         """The CreateFleet side of launching this pool (``offerings``), with its template's
@@ -328,7 +404,9 @@ class Ec2Provider:
         request["MetadataOptions"] = dict(METADATA_OPTIONS)
         request["InstanceInitiatedShutdownBehavior"] = "terminate"
         request["UserData"] = user_data
-        token = client_token(launch_key)
+        request.setdefault("CapacityReservationSpecification", dict(NO_RESERVATION))
+        # One call per offering tried: its own token, so a fallback is not a replay.
+        token = client_token(f"{launch_key}|{offering.key}" if offering else launch_key)
         return {"MinCount": 1, "MaxCount": count, "ClientToken": token, **request}
 
     def _place(self, request: dict[str, Any], offering: Offering) -> None:
@@ -341,6 +419,22 @@ class Ec2Provider:
         if offering.purchase is Purchase.SPOT:
             spot = {"MaxPrice": self.config.spot_max_price} if self.config.spot_max_price else {}
             request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+        if offering.reservation:
+            target = {"CapacityReservationId": offering.reservation}
+            request["CapacityReservationSpecification"] = {"CapacityReservationTarget": target}
+            if offering.capacity_block:
+                request["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+            place = self._reservation_zone(offering.reservation)
+            if not offering.zone and place:
+                # The default subnets: the reservation's zone says where.
+                request["Placement"] = {"AvailabilityZone": place}
+
+    def _reservation_zone(self, reservation_id: str) -> str:
+        cache = self.warm.reservations.get(self.pool.name)
+        for item, _ in cache.items if cache else ():
+            if item["CapacityReservationId"] == reservation_id:
+                return str(item.get("AvailabilityZone", ""))
+        return ""
 
     def spot_request(
         self, count: int, launch_key: str, launch_at: datetime, user_data: str
@@ -570,6 +664,11 @@ class Ec2Provider:
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 _ALL_STATES = [*_LIVE_STATES, "shutting-down", "terminated"]
+
+
+def _reserved(launch: Launch) -> bool:
+    offering = launch.offering
+    return offering is not None and bool(offering.reservation)
 
 
 def _hostnames(private_dns_name: str) -> tuple[str, ...]:

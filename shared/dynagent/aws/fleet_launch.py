@@ -33,6 +33,7 @@ from dynagent.run.fallback import Attempt, CapacityMemory
 
 from . import tags
 from .refusals import refusal_kind
+from .reservations import ReservationCache
 
 # Fleet errors that mean "not this offering now": try the next one, remember this one.
 CAPACITY_ERRORS = frozenset(
@@ -40,8 +41,12 @@ CAPACITY_ERRORS = frozenset(
         "InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
         "Unsupported", "VcpuLimitExceeded", "InstanceLimitExceeded",
         "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow", "UnfulfillableCapacity",
+        "ReservationCapacityExceeded",
     }
 )  # fmt: skip
+# Every launch not into a reservation the pool names opts out of open ones: another
+# pool's reservation is not this pool's to fill, and a pool uses one by naming it.
+NO_RESERVATION = {"CapacityReservationPreference": "none"}
 # Every launch: IMDSv2 only, and a hop limit of 2 so that task containers, one hop
 # further on a bridge network, reach the instance profile's credentials (Determined's
 # provisioner/aws/aws.go sets 2 for this reason).
@@ -79,6 +84,8 @@ class WarmState:
     # Per pool, launches EC2 accepted but did not yet show in describe calls when the
     # wait for them ended: id -> what was launched. Observe counts them until it sees them.
     in_flight: dict[str, dict[str, Instance | SpotRequest]] = field(default_factory=dict)
+    # Per pool, the reservations it names as last read (``aws.reservations``).
+    reservations: dict[str, ReservationCache] = field(default_factory=dict)
 
     def memory(self, pool: str) -> CapacityMemory:
         return self.capacity.setdefault(pool, CapacityMemory())
@@ -102,6 +109,7 @@ def template_data(
         ]
     data["UserData"] = base64.b64encode(user_data.encode()).decode()
     data["MetadataOptions"] = dict(METADATA_OPTIONS)
+    data["CapacityReservationSpecification"] = dict(NO_RESERVATION)
     data["TagSpecifications"] = [
         {"ResourceType": kind, "Tags": instance_tags} for kind in ("instance", "volume")
     ]

@@ -13,7 +13,7 @@ from dynagent.run.provider import LaunchErrorKind
 _CODES: dict[LaunchErrorKind, tuple[str, ...]] = {
     LaunchErrorKind.CAPACITY: (
         "InsufficientInstanceCapacity", "InsufficientCapacity", "UnfulfillableCapacity",
-        "InsufficientHostCapacity", "capacity-not-available",
+        "InsufficientHostCapacity", "capacity-not-available", "ReservationCapacityExceeded",
     ),
     LaunchErrorKind.QUOTA: (
         "InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded",

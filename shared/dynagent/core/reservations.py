@@ -39,8 +39,9 @@ class Reservation:
     id: str
     kind: ReservationKind
     instance_type: str
-    # Where the pool launches into it: the pool's subnet in its zone on EC2, its zone on
-    # Compute Engine; "" when the pool has no subnet or zone there (then it is unusable).
+    # Where the pool launches into it, as its offerings name zones: the pool's subnet in
+    # its zone on EC2 ("" for a pool launching into the default subnets), the zone on
+    # Compute Engine.
     zone: str
     # Its zone as the cloud names it, for people (EC2's availability zone).
     place: str
@@ -52,6 +53,8 @@ class Reservation:
     # The cloud deletes its machines at its end (a Capacity Block, a calendar-mode
     # reservation); an ODCR that ends leaves them running at on-demand prices.
     ends_hard: bool = False
+    # The pool can launch into it: it has a subnet or zone where the reservation is.
+    matched: bool = True
 
     def active(self, now: datetime) -> bool:
         """Launches may go there now (it has started and not ended)."""
@@ -65,7 +68,7 @@ class Reservation:
 
     def usable(self, now: datetime, lead: timedelta) -> bool:
         """New work may go there: active, matching the pool, and not ending."""
-        return bool(self.zone) and self.active(now) and not self.ending(now, lead)
+        return self.matched and self.active(now) and not self.ending(now, lead)
 
     def offering(self, slots: int) -> Offering:
         """A launch into it: its type and zone, at no price beyond what is paid already."""
@@ -87,7 +90,7 @@ class Reservation:
             window.append(f"starts {self.starts_at:%Y-%m-%d %H:%M} UTC")
         if self.ends_at is not None:
             window.append(f"ends {self.ends_at:%Y-%m-%d %H:%M} UTC")
-        where = self.place or self.zone or "no zone of the pool"
+        where = self.place or self.zone or "the default zone"
         return (
             f"{self.id} ({self.kind.value}, {self.total} x {self.instance_type} in {where}, "
             f"{self.available} free{''.join(', ' + w for w in window)})"
