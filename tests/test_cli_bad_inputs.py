@@ -103,6 +103,12 @@ ROWS = {
     "validate: a provider field at the pool's level": row(
         "validate {pool_level}", "max_instances (it lives at provider.max_instances)"
     ),
+    "validate: a reservation that is no id": row(
+        "validate {bad_reservation}", "provider.reservations", "'cr-12'", "tag:KEY=VALUE"
+    ),
+    "validate: a GCP reservation that is no name": row(
+        "validate {bad_gcp_reservation}", "provider.reservations", "'R_1'", "projects/PROJECT"
+    ),
     "validate: no argument": row("validate", "one of the arguments config --config is required"),
     "validate --config: a bad field": row(
         "validate --config {bad_field}", "{bad_field}", "pool 'gpu'", "provider.max_instances"
@@ -304,6 +310,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     absurd = {**snapshot_document(), "pending": [{"task": "huge", "slots": 10**30}]}
     bad_field = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instances": -1}}
     zero_max = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instances": 0}}
+    bad_reservation = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "reservations": ["cr-12"]}}
+    bad_gcp_reservation = {
+        **GCP_POOL,
+        "provider": {**GCP_POOL["provider"], "reservations": ["R_1"]},
+    }
     misspelt = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instanecs": 2}}
     one_level_off = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "subnet_id": "subnet-1"}}
     pool_level = {**AWS_POOL, "max_instances": 2}
@@ -317,6 +328,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "mixed": write_yaml(folder / "mixed.yaml", AWS_POOL, GCP_POOL),
         "bad_field": write_yaml(folder / "bad-field.yaml", bad_field),
         "zero_max": write_yaml(folder / "zero-max.yaml", zero_max),
+        "bad_reservation": write_yaml(folder / "bad-reservation.yaml", bad_reservation),
+        "bad_gcp_reservation": write_yaml(folder / "bad-gcp-reservation.yaml", bad_gcp_reservation),
         "misspelt": write_yaml(folder / "misspelt.yaml", misspelt),
         "one_level_off": write_yaml(folder / "one-level-off.yaml", one_level_off),
         "pool_level": write_yaml(folder / "pool-level.yaml", pool_level),

@@ -222,3 +222,32 @@ def test_a_warm_pool_start_does_not_replace_a_launch_into_a_reservation() -> Non
     reserved = [la for la in plan.launches if la.offering and la.offering.reservation]
     assert len(reserved) == 1
     assert len(plan.starts) + len(plan.launches) == 2
+
+
+def test_a_pool_names_reservations_by_id_or_tag_and_hears_why_a_group_is_refused() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    named = p4d_pool(reservations=["cr-0123456789abcdef0", "cr-01234567", "tag:team=ml"])
+    assert named.provider.reservations == ("cr-0123456789abcdef0", "cr-01234567", "tag:team=ml")
+    group = "arn:aws:resource-groups:us-east-1:123456789012:group/ml-blocks"
+    with pytest.raises(ValidationError, match="groups are not read yet"):
+        p4d_pool(reservations=[group])
+    with pytest.raises(ValidationError, match="twice"):
+        p4d_pool(reservations=["tag:a=b", "tag:a=b"])
+
+
+def test_a_gcp_pool_names_its_own_or_a_shared_reservation() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    fields = {
+        "type": "gcp",
+        "project": "ml-project",
+        "zone": "us-central1-a",
+        "reservations": ["a3-reserved", "projects/shared-host/reservations/h100-block"],
+    }
+    gcp = Pool.model_validate({"name": "h100", "provider": fields})
+    assert gcp.provider.reservations[1] == "projects/shared-host/reservations/h100-block"
+    with pytest.raises(ValidationError, match="is not a reservation"):
+        Pool.model_validate({"name": "h100", "provider": {**fields, "reservations": ["A3"]}})

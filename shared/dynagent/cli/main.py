@@ -204,6 +204,14 @@ def describe_config(config: Config) -> list[str]:
                 f"stopped machine bills its disk, ${disk:.3f}/h, "
                 f"${disk * p.warm_pool.max_stopped * 24:.2f} a day for all"
             )
+        if p.reservations:
+            lines.append(
+                f"  reservations: {', '.join(p.reservations)}: pending work goes into their "
+                "free places first while they are active, and their idle agents are kept; "
+                f"from {format_duration(p.drain_before_reservation_end)} before a Capacity "
+                "Block's end (drain_before_reservation_end) its machines count as going and "
+                "queued work gets machines elsewhere; `dynagent doctor` says what each one is"
+            )
         lines += [f"  warning: {warning}" for warning in p.warnings()]
         master = master_address(p.master_url)
         if master.needs_resolving:

@@ -29,8 +29,9 @@ DEFAULT_IMAGE_IDS: dict[str, str] = {
     "eu-west-2": "ami-02248e5d563fb4017",
     "eu-west-1": "ami-0870dc8c1081c2ed0",
 }
-# What a pool's ``reservations`` entry may be: an ODCR or Capacity Block id, the ARN of
-# a capacity reservation group, or a tag selector matching reservations by their tags.
+# What a pool's ``reservations`` entry may be: an ODCR or Capacity Block id, or a tag
+# selector matching reservations by their tags. A capacity reservation group's ARN is
+# recognised, to say it is not read yet.
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8}([0-9a-f]{9})?$")
 RESERVATION_GROUP = re.compile(r"^arn:aws[a-z-]*:resource-groups:[a-z0-9-]+:\d{12}:group/[\w.-]+$")
 RESERVATION_TAGS = re.compile(r"^tag:[^=]{1,128}=.{0,256}$")
@@ -137,15 +138,15 @@ class AwsProvider(ProvisionerFields):
     @classmethod
     def _reservations(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
         for entry in entries:
-            if not (
-                RESERVATION_ID.match(entry)
-                or RESERVATION_GROUP.match(entry)
-                or RESERVATION_TAGS.match(entry)
-            ):
+            if RESERVATION_GROUP.match(entry):
                 raise ValueError(
-                    f"{entry!r} is not a capacity reservation: give its id (cr-0123456789abcdef0), "
-                    "a capacity reservation group's ARN (arn:aws:resource-groups:REGION:ACCOUNT:"
-                    "group/NAME), or tags its reservations carry (tag:KEY=VALUE)"
+                    f"{entry!r}: capacity reservation groups are not read yet; name the "
+                    "group's reservations by id, or by a tag they carry (tag:KEY=VALUE)"
+                )
+            if not (RESERVATION_ID.match(entry) or RESERVATION_TAGS.match(entry)):
+                raise ValueError(
+                    f"{entry!r} is not a capacity reservation: give its id "
+                    "(cr-0123456789abcdef0) or tags its reservations carry (tag:KEY=VALUE)"
                 )
         if len(set(entries)) != len(entries):
             raise ValueError(
