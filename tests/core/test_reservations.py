@@ -7,9 +7,12 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
 from dynagent.core.config import Pool
 from dynagent.core.decide import decide
-from dynagent.core.fleet import Fleet
+from dynagent.core.fleet import Fleet, InstanceState, Mark
 from dynagent.core.offerings import Purchase
 from dynagent.core.reservations import Reservation, ReservationKind
 from tests.builders import NOW, agent_instance, ago, idle, instance, pool, snapshot
@@ -204,8 +207,6 @@ def test_a_reservation_refused_lately_is_skipped() -> None:
 
 
 def test_a_warm_pool_start_does_not_replace_a_launch_into_a_reservation() -> None:
-    from dynagent.core.fleet import InstanceState, Mark
-
     stopped = replace(
         instance("i-s0", state=InstanceState.STOPPED),
         instance_type="p4d.24xlarge",
@@ -225,9 +226,6 @@ def test_a_warm_pool_start_does_not_replace_a_launch_into_a_reservation() -> Non
 
 
 def test_a_pool_names_reservations_by_id_or_tag_and_hears_why_a_group_is_refused() -> None:
-    import pytest
-    from pydantic import ValidationError
-
     named = p4d_pool(reservations=["cr-0123456789abcdef0", "cr-01234567", "tag:team=ml"])
     assert named.provider.reservations == ("cr-0123456789abcdef0", "cr-01234567", "tag:team=ml")
     group = "arn:aws:resource-groups:us-east-1:123456789012:group/ml-blocks"
@@ -238,9 +236,6 @@ def test_a_pool_names_reservations_by_id_or_tag_and_hears_why_a_group_is_refused
 
 
 def test_a_gcp_pool_names_its_own_or_a_shared_reservation() -> None:
-    import pytest
-    from pydantic import ValidationError
-
     fields = {
         "type": "gcp",
         "project": "ml-project",
