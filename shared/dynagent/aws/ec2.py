@@ -29,7 +29,7 @@ from dynagent.core.plan import (
     Stop,
     Termination,
 )
-from dynagent.core.reservations import Reservation
+from dynagent.core.reservations import Reservation, machines_in_each
 from dynagent.run.fallback import Attempt, launch_with_fallback
 from dynagent.run.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult, StartResult
 
@@ -48,7 +48,6 @@ from .reservations import (
     RESERVATIONS_FOR,
     ReservationCache,
     describe_named,
-    in_each,
     pool_subnets,
     reservation_from,
     subnet_zones,
@@ -151,7 +150,7 @@ class Ec2Provider:
             return ()
         cache = self.warm.reservations.setdefault(self.pool.name, ReservationCache())
         now = self.clock()
-        ours = in_each(instances)
+        ours = machines_in_each(instances)
         if cache.read_at is None or now - cache.read_at >= RESERVATIONS_FOR:
             items = describe_named(self.ec2, self.config.reservations)
             cache.items = [(item, ours.get(item["CapacityReservationId"], 0)) for item in items]

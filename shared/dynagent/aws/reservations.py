@@ -30,7 +30,6 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from dynagent.core.config import AwsProvider
-from dynagent.core.fleet import Instance
 from dynagent.core.reservations import Reservation, ReservationKind
 
 # How long a warm function trusts the reservations it read: their counts are corrected
@@ -148,12 +147,3 @@ def reservation_from(
         ends_hard=kind is ReservationKind.CAPACITY_BLOCK,
         matched=zone is not None,
     )
-
-
-def in_each(instances: Iterable[Instance]) -> dict[str, int]:
-    """How many of the pool's live machines run in each reservation."""
-    counts: dict[str, int] = {}
-    for instance in instances:
-        if instance.reservation and instance.live:
-            counts[instance.reservation] = counts.get(instance.reservation, 0) + 1
-    return counts

@@ -102,3 +102,12 @@ def reservation_of(instance: Instance, reservations: Iterable[Reservation]) -> R
     if not instance.reservation:
         return None
     return next((r for r in reservations if r.id == instance.reservation), None)
+
+
+def machines_in_each(instances: Iterable[Instance]) -> dict[str, int]:
+    """How many of a pool's live machines run in each reservation, by its id."""
+    counts: dict[str, int] = {}
+    for instance in instances:
+        if instance.reservation and instance.live:
+            counts[instance.reservation] = counts.get(instance.reservation, 0) + 1
+    return counts

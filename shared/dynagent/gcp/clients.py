@@ -24,6 +24,13 @@ def zone_operations_client() -> Any:
     return compute_v1.ZoneOperationsClient(**_endpoint_options())
 
 
+@cache
+def reservations_client() -> Any:
+    from google.cloud import compute_v1
+
+    return compute_v1.ReservationsClient(**_endpoint_options())
+
+
 def _endpoint_options() -> dict[str, Any]:
     endpoint = os.environ.get(COMPUTE_ENDPOINT_ENV)
     if not endpoint:

@@ -25,12 +25,20 @@ from dynagent.core.fleet import Fleet, Instance, Mark
 from dynagent.core.offerings import Offering, Purchase
 from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Start, Stop, Termination
 from dynagent.core.pools.gcp import GcpProvider
+from dynagent.core.reservations import Reservation, machines_in_each
 from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
 from dynagent.run.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult, StartResult
 
 from . import labels as gce_labels
 from .instance_body import instance_body, instance_names, offering_names, startup_script
 from .refusals import refusal_kind
+from .reservations import (
+    RESERVATIONS_FOR,
+    ReservationCache,
+    read_named,
+    reservation_from,
+    reservation_of,
+)
 
 # The largest page instances.list returns.
 MAX_PAGE = 500
@@ -73,6 +81,8 @@ class GceProvider:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
         memory: CapacityMemory | None = None,
+        reservations: Any = None,
+        reservation_cache: ReservationCache | None = None,
     ) -> None:
         if not isinstance(pool.provider, GcpProvider):
             raise TypeError(f"pool {pool.name!r} is not a GCP pool")
@@ -88,6 +98,10 @@ class GceProvider:
         self.page_size = MAX_PAGE
         # Offerings Compute Engine recently had no capacity for; a warm function keeps it.
         self.memory = memory if memory is not None else CapacityMemory()
+        # The reservations client (built on first use) and what a warm function last
+        # read of the pool's reservations (``gcp.reservations``).
+        self.reservations_client = reservations
+        self.reservation_cache = reservation_cache or ReservationCache()
         self._seen: dict[str, _Seen] = {}
         # Each VM's zone, from the last listing or the insert that made it.
         self._zones: dict[str, str] = {}
@@ -106,9 +120,36 @@ class GceProvider:
     def observe(self) -> Fleet:
         self._seen, self._zones = {}, {}
         instances = tuple(self._list())
-        if self.config.offerings is None:
+        reservations = self.reservations(instances)
+        if self.config.offerings is None and not reservations:
             return Fleet(instances=instances)
-        return Fleet(instances=instances, unavailable=self.memory.unavailable(self.clock()))
+        return Fleet(
+            instances=instances,
+            unavailable=self.memory.unavailable(self.clock()),
+            reservations=reservations,
+        )
+
+    def reservations(self, instances: tuple[Instance, ...]) -> tuple[Reservation, ...]:
+        """The reservations the pool names, read at most once a minute by a warm function
+        (``gcp.reservations``), their free places counted against ``instances``."""
+        if not self.config.reservations:
+            return ()
+        cache, now = self.reservation_cache, self.clock()
+        ours = machines_in_each(instances)
+        if cache.read_at is None or now - cache.read_at >= RESERVATIONS_FOR:
+            if self.reservations_client is None:
+                from .clients import reservations_client
+
+                self.reservations_client = reservations_client()
+            found = read_named(
+                self.reservations_client, self.config.reservations, self.config.project, self.zones
+            )
+            cache.items = [(entry, zone, item, ours.get(entry, 0)) for entry, zone, item in found]
+            cache.read_at = now
+        return tuple(
+            reservation_from(entry, zone, item, (then, ours.get(entry, 0)))
+            for entry, zone, item, then in cache.items
+        )
 
     def _list(self) -> Iterator[Instance]:
         """Every managed VM of the pool: one paged list for one zone, one paged aggregated
@@ -156,6 +197,7 @@ class GceProvider:
             instance_type=item.machine_type.rsplit("/", 1)[-1],
             zone=zone,
             spot=spot,
+            reservation=reservation_of(item),
             # Preempted, and stopped rather than deleted (a legacy preemptible VM; our Spot
             # VMs are created with termination action DELETE and just vanish).
             preempted=spot
@@ -184,7 +226,9 @@ class GceProvider:
             master = master_address(self.config.master_url).resolved(dict(plan.master_addresses))
         except MasterUrlError as error:
             return LaunchResult(error=f"master_url: {error}")
-        if self.config.offerings is not None:
+        if self.config.offerings is not None or any(
+            la.offering is not None and la.offering.reservation for la in plan.launches
+        ):
             return self._launch_offerings(plan, master)
         names = instance_names(self.config, plan.launch_key, len(plan.launches))
         operations, existing, errors = self._insert(
@@ -241,6 +285,8 @@ class GceProvider:
         zone = offering.zone if offering and offering.zone else self.config.zone
         machine = self.config.machine(offering.instance_type) if offering else None
         spot = offering.purchase is Purchase.SPOT if offering else None
+        if offering is not None and offering.reservation:
+            spot = False  # a reservation holds standard VMs
         # One machine type, one boot script: rendered once for all the names.
         script = startup_script(self.config, self.pool.name, master, machine)
         for name in names:
@@ -255,6 +301,7 @@ class GceProvider:
                     zone,
                     spot,
                     boot_config,
+                    offering.reservation if offering else "",
                 )
                 resource = compute_v1.Instance.from_json(json.dumps(body))
             except ParseError as error:  # a field base_config names that the API lacks

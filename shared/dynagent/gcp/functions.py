@@ -31,6 +31,7 @@ from .logs import MetricLog, StructuredLogger
 
 if TYPE_CHECKING:
     from .compute import GceProvider
+    from .reservations import ReservationCache
 
 CONFIG_ENV = "DYNAGENT_CONFIG"
 DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_TOPIC"
@@ -76,6 +77,8 @@ class GcpFunctions:
     logger: Any = None
     # Per pool, the offerings recently out of capacity: kept by a warm function only.
     capacity: dict[str, CapacityMemory] = field(default_factory=dict)
+    # Per pool, its reservations as last read: kept by a warm function only.
+    reservation_caches: dict[str, ReservationCache] = field(default_factory=dict)
     # Each pool's refused launches, for launch_error_timeout/retries: kept warm only.
     launch_errors: LaunchErrorMemory = field(default_factory=LaunchErrorMemory)
     # Where the metrics go (structured entries on stdout), and what times a pass.
@@ -117,6 +120,7 @@ class GcpFunctions:
 
     def provider(self, pool: Pool) -> GceProvider:
         from .compute import GceProvider
+        from .reservations import ReservationCache
 
         assert isinstance(pool.provider, GcpProvider)  # for_cloud kept only these
         return GceProvider(
@@ -127,6 +131,7 @@ class GcpFunctions:
             clock=self.clock,
             sleep=self.sleep,
             memory=self.capacity.setdefault(pool.name, CapacityMemory()),
+            reservation_cache=self.reservation_caches.setdefault(pool.name, ReservationCache()),
         )
 
     # The reconcile function

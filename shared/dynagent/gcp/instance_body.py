@@ -15,6 +15,7 @@ from typing import Any
 
 from dynagent.core.boot import MasterAddress, agent_boot, render
 from dynagent.core.pools.gcp import GcpInstanceType, GcpProvider
+from dynagent.gcp.reservations import affinity
 
 from .labels import (
     BOOT_CONFIG_LABEL,
@@ -83,9 +84,11 @@ def instance_body(
     zone: str | None = None,
     spot: bool | None = None,
     boot_config: str = "",
+    reservation: str = "",
 ) -> dict[str, Any]:
     """The VM to insert: the pool's one machine in its zone, or an offering's, booting
-    ``script`` (``startup_script``)."""
+    ``script`` (``startup_script``); into ``reservation`` if named, else into none (an
+    admin's ``reservationAffinity`` in base_config stands for those)."""
     zone = zone or provider.zone
     kind = machine or provider.instance_type
     spot = provider.spot if spot is None else spot
@@ -122,6 +125,8 @@ def instance_body(
         }
         body["serviceAccounts"] = [*body.get("serviceAccounts", []), account]
     body["scheduling"] = _scheduling(kind, spot, provider.warm_pool.enabled)
+    if reservation or "reservationAffinity" not in body:
+        body["reservationAffinity"] = affinity(reservation)
     item = {"key": "startup-script", "value": script}
     theirs = [
         i for i in body.get("metadata", {}).get("items", []) if i.get("key") != "startup-script"
