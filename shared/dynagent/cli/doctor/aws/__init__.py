@@ -13,7 +13,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from dynagent.cli.doctor.findings import Finding, Status, unknown
 from dynagent.core.config import Config, Pool
 
-from . import concurrency, launch, machines, network, quotas, shape, spot, stack
+from . import concurrency, launch, machines, network, quotas, reservations, shape, spot, stack
 from .view import Ec2View
 
 __all__ = ["AwsClients", "check"]
@@ -100,6 +100,9 @@ def _pool(config: Config, pool: Pool, view: Ec2View, clients: AwsClients) -> lis
             lambda: launch.dry_runs(pool, view.ec2, config.settings, image_failed),
         ),
     ]
+    if shape.provider(pool).reservations:
+        what = f"{label}: reservations"
+        found += guarded("aws.reservation", what, lambda: reservations.reservations(pool, view))
     if shape.buys_spot(pool):
         what = f"{label}: spot placement scores"
         found += guarded("aws.spot_score", what, lambda: [spot.placement_scores(pool, view)])
