@@ -24,6 +24,8 @@ DESCRIBES = (
     "ec2:DescribeImages",
     "ec2:DescribeLaunchTemplateVersions",
     "ec2:DescribeSpotPriceHistory",
+    "ec2:DescribeCapacityReservations",
+    "ec2:DescribeSubnets",
 )
 # What each function's role does with the queues, by the template's logical ids.
 QUEUE_ACTIONS: dict[str, dict[str, tuple[str, ...]]] = {
