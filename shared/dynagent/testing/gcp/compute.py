@@ -48,6 +48,12 @@ What it serves, with the real API's semantics:
   external IP is kept, and a start of a STOPPING or SUSPENDED VM is refused (400
   ``resourceNotReady``) rather than queued or sent to ``resume``.
 
+Reservations: ``create_reservation()`` holds capacity for VMs of one shape in a zone;
+``reservations.get``, ``list`` and ``aggregatedList`` show it, and inserts, bulkInserts
+and starts consume it by the VM's ``reservationAffinity`` (a full named reservation fails
+the operation with ``CONDITION_NOT_MET``). reservations.py says how, and where it is
+simpler than Compute Engine.
+
 Read-only resources a project offers besides VMs (images, machine and accelerator types,
 region and project quotas, networks and subnetworks) are served from ``catalog``, which
 tests fill: catalog.py says how, and where it is simpler than Compute Engine.
@@ -109,7 +115,7 @@ beside it: ``http_api`` (routes, request parsing, the calls served), ``fake_comp
 (the instances and operations held, and the API methods on them), ``discovery`` (the
 schema and query checks), ``value_rules`` (the rules beyond the schema), ``listing``
 (filters and pages), ``instance_shapes`` (resources as the API returns them),
-``operations``, ``capacity`` and ``errors``.
+``operations``, ``capacity``, ``reservations`` and ``errors``.
 """
 
 from __future__ import annotations
@@ -127,7 +133,7 @@ from dynagent.testing.gcp.capacity import (
 )
 from dynagent.testing.gcp.catalog import Catalog
 from dynagent.testing.gcp.discovery import discovery_document, schemas
-from dynagent.testing.gcp.errors import CALL_FAULTS, CallFault, JsonObject
+from dynagent.testing.gcp.errors import CALL_FAULTS, ApiError, CallFault, JsonObject
 from dynagent.testing.gcp.fake_compute import (
     DEFAULT_PROJECT,
     DEFAULT_ZONE,
@@ -137,7 +143,8 @@ from dynagent.testing.gcp.fake_compute import (
 from dynagent.testing.gcp.http_api import ApiCall, ComputeApp
 from dynagent.testing.gcp.instance_shapes import instance_path, is_spot, timestamp, utcnow
 from dynagent.testing.gcp.operations import DEFAULT_FAILURE_STATUS, Failure, default_failure_message
-from dynagent.testing.gcp.value_rules import region_of
+from dynagent.testing.gcp.reservations import Reservation
+from dynagent.testing.gcp.value_rules import check_name, region_of
 from dynagent.testing.loopback import LOOPBACK, CallLog, LoopbackServer, Service
 
 __all__ = [
@@ -240,6 +247,10 @@ class LocalCompute(Service):
         """A real ``compute_v1.ZoneOperationsClient`` (REST, anonymous) on this server."""
         return self._client("ZoneOperationsClient")
 
+    def reservations_client(self) -> Any:
+        """A real ``compute_v1.ReservationsClient`` (REST, anonymous) on this server."""
+        return self._client("ReservationsClient")
+
     def instances_client(self) -> Any:
         """A real ``compute_v1.InstancesClient`` (REST, anonymous) on this server, whose
         operations' ``result()`` polls this server too (see poll_operations_with)."""
@@ -274,11 +285,13 @@ class LocalCompute(Service):
     def instance(self, name: str, zone: str | None = None) -> JsonObject:
         """The instance as ``instances.get`` returns it (a copy); KeyError if there is none."""
         with self._compute.lock:
+            self._compute.expire_reservations()
             return copy.deepcopy(self._stored(name, zone))
 
     def instances(self) -> list[JsonObject]:
         """Every instance, in every project and zone, ordered by project, zone and name."""
         with self._compute.lock:
+            self._compute.expire_reservations()
             found = self._compute.state.instances
             return [copy.deepcopy(found[key]) for key in sorted(found)]
 
@@ -322,6 +335,92 @@ class LocalCompute(Service):
             raise ValueError("when must be timezone-aware")
         with self._compute.lock:
             self._stored(name, zone)["creationTimestamp"] = timestamp(when)
+
+    # -- reservations (reservations.py) ------------------------------------------------
+
+    def create_reservation(
+        self,
+        name: str,
+        zone: str,
+        machine_type: str,
+        count: int,
+        *,
+        accelerators: Iterable[tuple[str, int]] | None = None,
+        specific: bool = True,
+        project: str | None = None,
+        share_with: Iterable[str] | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> JsonObject:
+        """Hold capacity for ``count`` VMs of ``machine_type`` (a bare name, e.g.
+        ``n1-standard-8``) with ``accelerators`` (e.g. ``[("nvidia-tesla-t4", 4)]``) in
+        ``zone`` of ``project`` (default: this server's), READY at once; returns it as
+        ``reservations.get`` does.
+
+        ``specific=True`` is ``specificReservationRequired``: only VMs naming it
+        (SPECIFIC_RESERVATION) consume it; False lets any matching VM with
+        ANY_RESERVATION affinity (the default) consume it. ``share_with`` names other
+        projects whose VMs may consume it. ``start``/``end`` (timezone-aware) give it a
+        window, as a calendar-mode reservation has: before ``start`` it is CREATING and
+        nothing consumes it; once ``end`` has passed, at the next call, it is deleted with
+        the VMs consuming it. reservations.py says how VMs consume reservations."""
+        owner = project or self._project
+        try:
+            check_name(name, "name")
+        except ApiError:
+            raise ValueError(f"{name!r} is not a valid reservation name") from None
+        region_of(zone)
+        if not machine_type or "/" in machine_type:
+            raise ValueError(f"machine_type must be a bare name, not {machine_type!r}")
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        gpus = tuple((str(kind), int(cards)) for kind, cards in accelerators or ())
+        if any("/" in kind or cards < 1 for kind, cards in gpus):
+            raise ValueError(f"accelerators must be (bare type name, count >= 1): {gpus}")
+        for when in (start, end):
+            if when is not None and when.tzinfo is None:
+                raise ValueError("start and end must be timezone-aware")
+        if start is not None and end is not None and end <= start:
+            raise ValueError("end must be after start")
+        with self._compute.lock:
+            book = self._compute.state.reservations
+            if (owner, zone, name) in book.reservations:
+                raise ValueError(f"reservation {name} already exists in {owner}/{zone}")
+            held = Reservation(
+                project=owner,
+                zone=zone,
+                name=name,
+                id=self._compute.new_id(),
+                created=utcnow(),
+                machine_type=machine_type,
+                accelerators=gpus,
+                count=count,
+                specific=specific,
+                share_with=tuple(p for p in share_with or () if p != owner),
+                start=start,
+                end=end,
+            )
+            book.reservations[held.key] = held
+            self._compute.state.zones.add(zone)
+            return held.resource(0, utcnow())
+
+    def reservation(
+        self, name: str, zone: str | None = None, project: str | None = None
+    ) -> JsonObject:
+        """The reservation as ``reservations.get`` returns it, now; KeyError if none
+        (never made, or ended)."""
+        with self._compute.lock:
+            self._compute.expire_reservations()
+            try:
+                return self._compute.state.reservations.get(
+                    project or self._project,
+                    zone or self._zone,
+                    name,
+                    self._compute.state.instances,
+                    utcnow(),
+                )
+            except ApiError as missing:
+                raise KeyError(missing.message) from None
 
     def _stored(self, name: str, zone: str | None) -> JsonObject:
         key = (self._project, zone or self._zone, name)

@@ -44,6 +44,7 @@ from dynagent.testing.gcp.instance_shapes import (
 )
 from dynagent.testing.gcp.listing import max_results, page_after, page_token, parse_filter
 from dynagent.testing.gcp.operations import Failure, Operation, operation_name
+from dynagent.testing.gcp.reservations import ReservationBook, ReservationKey
 from dynagent.testing.gcp.value_rules import (
     check_labels,
     check_name,
@@ -83,6 +84,7 @@ class ComputeState:
     faults_served: int = 0
     created: list[str] = field(default_factory=list)  # names, in the order inserts landed
     refused: list[Offering] = field(default_factory=list)  # capacity refusals, in order
+    reservations: ReservationBook = field(default_factory=ReservationBook)
     # Images, machine and accelerator types, quotas, networks: catalog.py.
     catalog: Catalog = field(default_factory=Catalog)
 
@@ -117,7 +119,11 @@ class FakeCompute:
             "instances.start": self.start_instance,
             "zoneOperations.get": self.poll_operation,
             "zoneOperations.wait": self.poll_operation,
+            "reservations.get": self.get_reservation,
+            "reservations.list": self.list_reservations,
+            "reservations.aggregatedList": self.aggregated_reservations,
         }
+        self.expire_reservations()
         if request.zone:
             self.state.zones.add(request.zone)
         if api_method in CATALOG_METHODS:
@@ -147,6 +153,33 @@ class FakeCompute:
         if refused is not None:
             self.state.faults_served += 1
         return refused
+
+    # -- reservations (reservations.py) ---------------------------------------------------
+
+    def expire_reservations(self) -> None:
+        """Judged lazily: a reservation whose end has passed goes, with its VMs."""
+        self.state.reservations.expire(utcnow(), self.state.instances)
+
+    def get_reservation(self, request: ApiRequest) -> JsonObject:
+        return self.state.reservations.get(
+            request.project,
+            request.zone,
+            request.path["reservation"],
+            self.state.instances,
+            utcnow(),
+        )
+
+    def list_reservations(self, request: ApiRequest) -> JsonObject:
+        return self.state.reservations.list_page(
+            request.project, request.zone, request.query, self.state.instances, utcnow()
+        )
+
+    def aggregated_reservations(self, request: ApiRequest) -> JsonObject:
+        scopes = self.state.zones | {self.home_zone}
+        scopes |= {key[1] for key in self.state.instances if key[0] == request.project}
+        return self.state.reservations.aggregated_page(
+            request.project, request.query, scopes, self.state.instances, utcnow()
+        )
 
     # -- reads --------------------------------------------------------------------------
 
@@ -249,9 +282,12 @@ class FakeCompute:
         check_new_instance(body, request.project, request.zone)
         self._check_free(request.project, request.zone, [body])
         failure = self._next_failure()
+        places: list[ReservationKey | None] = [None]
         if failure is None:
-            failure = self._admit(request.project, request.zone, [body], min_count=1).failure
+            places, failure = self._place(request.project, request.zone, [body], min_count=1)
         instance = self._create(request.project, request.zone, [body])[0]
+        if failure is None:
+            self._consume(instance, places[0])
         settle = self._settle(request, [instance], failure)
         return self._mutation(request, "insert", instance, request_id, settle, failure)
 
@@ -272,10 +308,15 @@ class FakeCompute:
         self._check_free(request.project, request.zone, bodies)
         failure = self._next_failure()
         fit = count
+        places: list[ReservationKey | None] = [None] * count
         if failure is None:  # a queued failure fails the whole request, as before
-            fit, failure = self._admit(request.project, request.zone, bodies, min_count)
+            places, failure = self._place(request.project, request.zone, bodies, min_count)
+            fit = len(places)
         # Those that got capacity start; on failure they are rolled back (deleted).
         created = self._create(request.project, request.zone, bodies[:fit])
+        if failure is None:
+            for instance, place in zip(created, places, strict=True):
+                self._consume(instance, place)
         target = {"selfLink": f"{zone_url_of(request.project, request.zone)}/instances"}
         settle = self._settle(request, created, failure)
         status = {
@@ -300,6 +341,7 @@ class FakeCompute:
         def remove() -> None:
             if self.state.instances.get(key) is instance:  # not already replaced or gone
                 del self.state.instances[key]
+                self.state.reservations.forget(instance["id"])
 
         return self._mutation(request, "delete", instance, request_id, remove)
 
@@ -370,7 +412,11 @@ class FakeCompute:
             return self._mutation(request, "start", instance, request_id, _no_change, held=False)
         if instance["status"] != "TERMINATED":
             raise not_ready(instance_path(*key))
-        failure = self._admit(request.project, request.zone, [instance], min_count=1).failure
+        places, failure = self._place(request.project, request.zone, [instance], min_count=1)
+        if failure is None:
+            self._consume(instance, places[0])
+        else:
+            self.state.reservations.forget(instance["id"])
         instance["status"] = "PROVISIONING"
 
         def land() -> None:
@@ -403,20 +449,53 @@ class FakeCompute:
             if key in self.state.instances:
                 raise already_exists(instance_path(*key))
 
-    def _admit(
+    def _place(
         self, project: str, zone: str, bodies: list[JsonObject], min_count: int
+    ) -> tuple[list[ReservationKey | None], Failure | None]:
+        """Where the VMs of a request go: the reservation each consumes (None: on-demand
+        capacity), one entry per VM that fits, and the error if too few do. VMs that
+        consume a reservation take no capacity from the limits, as it is held for them."""
+        placement = self.state.reservations.place(
+            project, zone, bodies, min_count, self.state.instances, utcnow()
+        )
+        if placement.failure is not None:
+            return [], placement.failure
+        reserved: list[ReservationKey | None] = list(placement.reserved)
+        rest = bodies[len(reserved) :]
+        if placement.named or not rest:
+            return reserved, None
+        need = max(0, min_count - len(reserved))
+        fit, failure = self._admit(project, zone, rest, min_count, need=need)
+        return [*reserved, *([None] * fit)], failure
+
+    def _consume(self, instance: JsonObject, place: ReservationKey | None) -> None:
+        if place is None:
+            self.state.reservations.forget(instance["id"])
+        else:
+            self.state.reservations.record(instance["id"], place)
+
+    def _admit(
+        self,
+        project: str,
+        zone: str,
+        bodies: list[JsonObject],
+        min_count: int,
+        *,
+        need: int | None = None,
     ) -> _Admission:
         """Take capacity for as many of ``bodies`` (one offering) as the limits allow. If
-        fewer than ``min_count`` fit, take none and return the error of the first limit
-        that falls short; a bulkInsert's error then leads with VM_MIN_COUNT_NOT_REACHED."""
+        fewer than ``need`` (by default ``min_count``; less when reservations take some
+        of the request) fit, take none and return the error of the first limit that
+        falls short; a bulkInsert's error then leads with VM_MIN_COUNT_NOT_REACHED."""
+        need = min_count if need is None else need
         offering = offering_of(bodies[0], zone)
         matching = [limit for limit in self.state.limits if limit.matches(offering)]
         fit = min([len(bodies), *(limit.remaining for limit in matching)])
-        if fit >= min_count:
+        if fit >= need:
             for limit in matching:
                 limit.remaining -= fit
             return _Admission(fit, None)
-        short = next(limit for limit in matching if limit.remaining < min_count)
+        short = next(limit for limit in matching if limit.remaining < need)
         self.state.refused.append(offering)
         failure = short.failure(project, bodies[0], offering)
         if len(bodies) > 1 or min_count > 1:

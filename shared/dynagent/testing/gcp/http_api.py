@@ -68,6 +68,17 @@ _ROUTES: Final = Map(
             methods=["POST"],
             endpoint="zoneOperations.wait",
         ),
+        Rule(f"{_PATH_PREFIX}/reservations", methods=["GET"], endpoint="reservations.list"),
+        Rule(
+            f"{_PATH_PREFIX}/reservations/<reservation>",
+            methods=["GET"],
+            endpoint="reservations.get",
+        ),
+        Rule(
+            "/compute/v1/projects/<project>/aggregated/reservations",
+            methods=["GET"],
+            endpoint="reservations.aggregatedList",
+        ),
         *(
             Rule(f"/compute/v1/{path}", methods=["GET"], endpoint=method)
             for path, method in CATALOG_ROUTES
