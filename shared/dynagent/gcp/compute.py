@@ -254,11 +254,12 @@ class GceProvider:
             failed = self._wait(operations)
             started = tuple(n for n in names if n in operations or n in existing)
             codes = {code for problem in failed.values() for code in _codes(problem)}
-            if errors or (failed and not codes <= CAPACITY_ERRORS):
+            # A reservation full or not READY fails its insert CONDITION_NOT_MET: for
+            # that offering, no capacity now.
+            out = CAPACITY_ERRORS | ({"CONDITION_NOT_MET"} if offering.reservation else set())
+            if errors or (failed and not codes <= out):
                 problems = errors + [f"{n}: {p}" for n, p in failed.items()]
-                kind = _kind(
-                    errors, {n: p for n, p in failed.items() if _codes(p) - CAPACITY_ERRORS}
-                )
+                kind = _kind(errors, {n: p for n, p in failed.items() if _codes(p) - out})
                 return Attempt(started=started, error="; ".join(problems), error_kind=kind)
             return Attempt(started=started, out_of_capacity=bool(failed))
 
