@@ -19,6 +19,12 @@ from moto.ec2.exceptions import InvalidInstanceIdError
 from moto.ec2.responses.fleets import Fleets
 from moto.ec2.responses.instances import InstanceResponse
 
+from dynagent.testing.aws.capacity_reservations import (
+    opted_out,
+    placement,
+    reclaim_before_describe,
+    record,
+)
 from dynagent.testing.aws.client_tokens import idempotent, idempotent_reply
 from dynagent.testing.aws.fleet import (
     ON_DEMAND,
@@ -43,6 +49,7 @@ def _reservation_ids(reservation: Any) -> tuple[str, ...]:
     return (str(reservation.id),)
 
 
+_PREFERENCE: Final = "CapacityReservationSpecification.CapacityReservationPreference"
 # moto's serializer reports every RunInstances instance as "pending".
 _RUN_INSTANCES_STATE: Final = "RunInstances.Reservation.Instances.Instance.State"
 
@@ -155,13 +162,26 @@ def run_instances(self: Any) -> Any:
             # is at least MinCount, and none otherwise; moto always launches MinCount.
             min_count = int(self._get_param("MinCount") or 1)
             count = int(self._get_param("MaxCount") or min_count)
-            available = scarcity.available(site)
-            if available is not None and available < min_count:
-                zones = [zone.name for zone in self.ec2_backend.describe_availability_zones()]
-                raise scarcity.insufficient_capacity(site, zones)
-            self.params["MinCount"] = count if available is None else min(count, available)
-            result = _moto_run_instances(self)
-            scarcity.consume(site, len(cast(Any, result.result).instances))
+            reservation, reserved = placement(self, knobs, site, min_count, count)
+            targeted = reservation is not None and bool(
+                self._get_param("CapacityReservationSpecification.CapacityReservationTarget")
+            )
+            if targeted:
+                # A reservation's places are its own: no draw on the scarce capacity.
+                self.params["MinCount"] = reserved
+                result = _moto_run_instances(self)
+            else:
+                available = scarcity.available(site)
+                if available is not None and available < min_count:
+                    zones = [zone.name for zone in self.ec2_backend.describe_availability_zones()]
+                    raise scarcity.insufficient_capacity(site, zones)
+                self.params["MinCount"] = count if available is None else min(count, available)
+                result = _moto_run_instances(self)
+                scarcity.consume(site, len(cast(Any, result.result).instances))
+            launched = list(cast(Any, result.result).instances)
+            if reservation is not None:
+                record(reservation, launched, targeted, reserved)
+            opted_out(launched, self._get_param(_PREFERENCE))
         _hide_new(self.ec2_backend, result.result, knobs.hide_new_instances_for)
         return result
 
@@ -174,6 +194,7 @@ def run_instances(self: Any) -> Any:
 def describe_instances(self: Any) -> ActionResult:
     if knobs_for(self.current_account) is None:
         return _moto_describe_instances(self)
+    reclaim_before_describe(self)
     hidden = _hidden_from_this_describe(self.ec2_backend)
     if hidden:
         cast(Knobs, knobs_for(self.current_account)).count("hidden")

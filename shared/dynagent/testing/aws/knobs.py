@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from dynagent.testing.aws.account import AccountFacts
 from dynagent.testing.aws.fleet import Scarcity
@@ -29,6 +30,8 @@ class Knobs:
     served: dict[str, int] = field(default_factory=dict)
     # Service quotas, spot placement scores, types withheld from zones (account.py).
     facts: AccountFacts = field(default_factory=AccountFacts)
+    # Capacity reservations by id (capacity_reservations.py).
+    reservations: dict[str, Any] = field(default_factory=dict)
 
     def count(self, kind: str, n: int = 1) -> None:
         with STATE_LOCK:

@@ -101,7 +101,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final, Self
 
 import boto3
@@ -116,6 +116,7 @@ from moto.moto_server.werkzeug_app import (
 )
 
 from dynagent.testing.aws.account import Quota
+from dynagent.testing.aws.capacity_reservations import CapacityReservation, new_id
 from dynagent.testing.aws.fleet import Site, check_purchase
 from dynagent.testing.aws.knobs import STATE_LOCK, Knobs, naive_utc
 from dynagent.testing.aws.moto_patches import claim, release
@@ -318,6 +319,7 @@ class LocalAws(Service):
             self._knobs.wire_faults.clear()
             self._knobs.served.clear()
             self._knobs.facts.clear()
+            self._knobs.reservations.clear()
 
     # -- knobs ----------------------------------------------------------------------
 
@@ -483,6 +485,72 @@ class LocalAws(Service):
         server's), as GetAccountSettings reports it and reservations are held to."""
         with STATE_LOCK:
             self._knobs.facts.lambda_concurrency[region or self._region] = limit
+
+    def create_capacity_reservation(
+        self,
+        instance_type: str,
+        availability_zone: str,
+        count: int,
+        *,
+        match: str = "targeted",
+        tags: dict[str, str] | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> str:
+        """An On-Demand Capacity Reservation of ``count`` machines (``match`` "targeted" or
+        "open"), active from ``start`` (default: now) until ``end`` (default: none);
+        its id. capacity_reservations.py says how launches use it."""
+        return self._reserve(
+            instance_type, availability_zone, count, match, False, tags, start, end
+        )
+
+    def create_capacity_block(
+        self,
+        instance_type: str,
+        availability_zone: str,
+        count: int,
+        start: datetime,
+        end: datetime,
+        *,
+        tags: dict[str, str] | None = None,
+    ) -> str:
+        """A Capacity Block for ML of ``count`` machines from ``start`` to ``end``; its id."""
+        return self._reserve(
+            instance_type, availability_zone, count, "targeted", True, tags, start, end
+        )
+
+    def _reserve(
+        self,
+        instance_type: str,
+        zone: str,
+        count: int,
+        match: str,
+        block: bool,
+        tags: dict[str, str] | None,
+        start: datetime | None,
+        end: datetime | None,
+    ) -> str:
+        if count < 1 or match not in ("targeted", "open"):
+            raise ValueError(
+                f"a reservation holds 1 or more machines, targeted or open: {count}, {match}"
+            )
+        if start and end and end <= start:
+            raise ValueError(f"the reservation ends ({end}) before it starts ({start})")
+        reservation = CapacityReservation(
+            id=new_id(),
+            instance_type=instance_type,
+            zone=zone,
+            total=count,
+            match=match,
+            block=block,
+            created=datetime.now(UTC),
+            start=start,
+            end=end,
+            tags=dict(tags or {}),
+        )
+        with STATE_LOCK:
+            self._knobs.reservations[reservation.id] = reservation
+        return reservation.id
 
     def withhold_instance_type(self, instance_type: str, zone: str) -> None:
         """DescribeInstanceTypeOfferings no longer lists ``instance_type`` in ``zone``."""

@@ -19,6 +19,7 @@ from moto.ec2.responses.spot_instances import SpotInstances
 from moto.sqs.models import SQSBackend
 
 from dynagent.testing.aws.account import patches as account_patches
+from dynagent.testing.aws.capacity_reservations import patches as reservation_patches
 from dynagent.testing.aws.iam import patches as iam_patches
 from dynagent.testing.aws.instances import create_fleet, describe_instances, run_instances
 from dynagent.testing.aws.knobs import OWNED, OWNED_LOCK, Knobs, facts_for, owned
@@ -70,6 +71,7 @@ _PATCHES: Final[tuple[tuple[type, str, object], ...]] = (
     *account_patches(facts_for),
     *stack_patches(owned),
     *stop_start_patches(),
+    *reservation_patches(),
 )
 _MISSING: Final = object()
 _saved: list[tuple[type, str, object]] = []
