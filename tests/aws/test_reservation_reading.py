@@ -100,3 +100,18 @@ def test_an_expired_reservation_is_over_and_has_no_place() -> None:
     assert r.available == 0 and not r.active(NOW)
     cancelled = reservation_from(item(State="cancelled"), (0, 0), SUBNETS, ZONES, NOW)
     assert not cancelled.active(NOW)
+
+
+def test_a_block_not_started_has_all_its_places_at_its_start() -> None:
+    start = NOW + timedelta(hours=1)
+    scheduled = item(
+        ReservationType="capacity-block",
+        State="scheduled",
+        AvailableInstanceCount=0,
+        StartDate=start,
+        EndDate=start + timedelta(days=1),
+        EndDateType="limited",
+    )
+    r = reservation_from(scheduled, (0, 0), SUBNETS, ZONES, NOW)
+    assert r.available == 4 and not r.usable(NOW, timedelta(minutes=40))
+    assert r.usable(start, timedelta(minutes=40))

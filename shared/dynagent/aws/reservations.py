@@ -134,6 +134,9 @@ def reservation_from(
     if state not in _LIVE:
         # Expired or cancelled: over, whatever its end date said.
         ends_at, free = min(ends_at or now, now), 0
+    elif state != "active":
+        # Not started: EC2 may count nothing free yet; at its start all of it is.
+        free = total - counts[1]
     return Reservation(
         id=item["CapacityReservationId"],
         kind=kind,

@@ -402,7 +402,8 @@ def _launch(
             "LaunchTemplateId": pool.version.template.id,
             "Version": pool.version.number,
         },
-        "fleet_id": fleet_id,
+        # No "fleet_id": moto's terminate then looks for a fleet it does not hold (an
+        # instant fleet is ours); the aws:ec2:fleet-id tag names it, as in EC2.
         "instance_market_options": SPOT if site.purchase == SPOT else {},
     }
     reservation = backend.run_instances(

@@ -519,6 +519,13 @@ class LocalAws(Service):
             instance_type, availability_zone, count, "targeted", True, tags, start, end
         )
 
+    def set_capacity_reservation_end(self, reservation_id: str, end: datetime) -> None:
+        """Move a reservation's end, as the passing of time would bring it near: tests
+        move the cloud's state, not the clock (a block within 30 minutes of its end loses
+        its instances at the next describe)."""
+        with STATE_LOCK:
+            self._knobs.reservations[reservation_id].end = end
+
     def _reserve(
         self,
         instance_type: str,
