@@ -5,12 +5,14 @@ in its own market, counted out near its end, and its work moves elsewhere."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dynagent.aws.functions import AwsFunctions
+from dynagent.cli.status_command import AwsSource, statuses, write
 from dynagent.testing.aws.local_aws import LocalAws
 
 from .helpers import managed_instances
@@ -159,3 +161,32 @@ def test_a_capacity_block_is_used_from_its_start_and_its_work_moves_before_its_e
     assert not set(in_block) & {m["InstanceId"] for m in machines}
     assert all("CapacityReservationId" not in m for m in machines)
     assert len(machines) == 4  # the first, the late task's, and two for the requeued
+
+
+def test_status_lists_each_reservation_with_the_pool_s_machines_in_it(
+    aws: LocalAws, ec2: Any, sqs: Any
+) -> None:
+    reservation = aws.create_capacity_reservation("p4d.24xlarge", f"{aws.region}a", 4)
+    functions = functions_for(ec2, reservations=[reservation])
+    send = Pass(sqs, functions)
+    send(pending=SIX[:3])
+
+    source = AwsSource(functions.config, lambda _: ec2, sqs, send.queue)
+    pools = list(functions.config.pools.values())
+    (view,) = statuses(functions.config, pools, {"aws": source}, datetime.now(UTC))
+
+    (shown,) = view["reservations"]
+    assert (shown["id"], shown["kind"], shown["total"], shown["free"]) == (
+        reservation,
+        "targeted",
+        4,
+        1,
+    )
+    assert shown["pool_machines"] == 3 and shown["usable"]
+    text = io.StringIO()
+    write([view], as_json=False, out=text)
+    (line,) = [ln for ln in text.getvalue().splitlines() if ln.startswith("  reservation ")]
+    assert line == (
+        f"  reservation {reservation} (targeted, 4 x p4d.24xlarge in {aws.region}a, 1 free): "
+        "3 of the pool's machines"
+    )

@@ -16,6 +16,7 @@ from dynagent.core.config import Pool, Settings
 from dynagent.core.decide import decide
 from dynagent.core.durations import format_duration
 from dynagent.core.fleet import Fleet, Instance, InstanceState, RequestState
+from dynagent.core.reservations import machines_in_each
 from dynagent.core.snapshot import Snapshot
 
 # An unchanged summary is written again after this long, so its time says the master
@@ -189,6 +190,7 @@ def pool_status(
         slot_cap is not None and slots >= slot_cap
     )
     plan = decide(pool, fleet, None, now, settings)
+    in_each = machines_in_each(fleet.instances)
     # Stopped or stopping, they bill their disks (whether kept by a warm pool or not).
     stopped = sum(1 for i in fleet.instances if i.state in _STOPPED)
     last: dict[str, Any] | None = None
@@ -218,6 +220,22 @@ def pool_status(
             "machines": stopped,
             "disk_per_hour": round(stopped * provider.stopped_disk_per_hour, 4),
         },
+        "reservations": [
+            {
+                "id": r.id,
+                "kind": r.kind.value,
+                "type": r.instance_type,
+                "zone": r.place or r.zone,
+                "total": r.total,
+                "free": r.available,
+                "pool_machines": in_each.get(r.id, 0),
+                "starts_at": _iso(r.starts_at),
+                "ends_at": _iso(r.ends_at),
+                "usable": r.usable(now, provider.drain_before_reservation_end),
+                "about": r.describe(now),
+            }
+            for r in fleet.reservations
+        ],
         "last_snapshot": last,
         "last_snapshot_unread": unread if summary is None else None,
         "plan": {"basis": "no snapshot (as the next sweep)", "actions": plan.describe()},
@@ -285,6 +303,12 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
         lines += ["  " + line for line in _table(rows, styled)]
     else:
         lines.append("  spot requests: none")
+    for reservation in status.get("reservations") or ():
+        unusable = "" if reservation["usable"] else "; not used now"
+        lines.append(
+            f"  reservation {reservation['about']}: {reservation['pool_machines']} of the "
+            f"pool's machines{unusable}"
+        )
     last = status["last_snapshot"]
     if last is None and status.get("last_snapshot_unread"):
         lines.append(f"  last snapshot: not read ({status['last_snapshot_unread']})")
