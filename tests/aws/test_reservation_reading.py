@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dynagent.aws.reservations import reservation_from
-from dynagent.core.reservations import ReservationKind
+from dynagent.core.fleet import ReservationKind
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 SUBNETS = ("subnet-0a", "subnet-0b")

@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from dynagent.core.config import Pool
 from dynagent.core.decide import decide
-from dynagent.core.fleet import Fleet, InstanceState, Mark
+from dynagent.core.fleet import Fleet, InstanceState, Mark, Reservation, ReservationKind
 from dynagent.core.offerings import Purchase
-from dynagent.core.reservations import Reservation, ReservationKind
+from dynagent.core.reservations import reserved_offering
 from tests.builders import NOW, agent_instance, ago, idle, instance, pool, snapshot
 
 SUBNET_A, SUBNET_B = "subnet-0a", "subnet-0b"
@@ -195,7 +195,7 @@ def test_near_a_block_end_its_agents_are_no_room_and_the_work_goes_elsewhere() -
 
 
 def test_a_reservation_refused_lately_is_skipped() -> None:
-    offering = odcr().offering(8)
+    offering = reserved_offering(odcr(), 8)
     plan = decide(
         p4d_pool(),
         Fleet(reservations=(odcr(),), unavailable=frozenset({offering.key})),

@@ -9,7 +9,7 @@ from typing import Any
 
 from google.cloud import compute_v1
 
-from dynagent.core.reservations import ReservationKind
+from dynagent.core.fleet import ReservationKind
 from dynagent.gcp.reservations import affinity, reservation_from, reservation_of, where
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)

@@ -17,7 +17,14 @@ from botocore.exceptions import ClientError
 
 from dynagent.core.boot import MasterUrlError, agent_boot, machine_gpus, master_address, render
 from dynagent.core.config import AwsProvider, Pool, Settings
-from dynagent.core.fleet import Fleet, Instance, InstanceState, RequestState, SpotRequest
+from dynagent.core.fleet import (
+    Fleet,
+    Instance,
+    InstanceState,
+    RequestState,
+    Reservation,
+    SpotRequest,
+)
 from dynagent.core.offerings import Offering, Purchase
 from dynagent.core.plan import (
     Adoption,
@@ -29,7 +36,7 @@ from dynagent.core.plan import (
     Stop,
     Termination,
 )
-from dynagent.core.reservations import Reservation, machines_in_each
+from dynagent.core.reservations import machines_in_each
 from dynagent.run.fallback import Attempt, launch_with_fallback
 from dynagent.run.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult, StartResult
 

@@ -30,7 +30,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from dynagent.core.config import AwsProvider
-from dynagent.core.reservations import Reservation, ReservationKind
+from dynagent.core.fleet import Reservation, ReservationKind
 
 # How long a warm function trusts the reservations it read: their counts are corrected
 # each pass by the pool's own machines (module docstring); others' use and a

@@ -1,4 +1,5 @@
-"""What a provider observed of a pool: its instances and spot requests, cloud-neutral.
+"""What a provider observed of a pool: its instances, spot requests and the reservations it
+names, cloud-neutral.
 
 The marks (registered, idle since, disconnected since) are what earlier reconciles
 learned from snapshots and wrote on the instances as tags or labels: the cloud is the
@@ -10,11 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from dynagent.core.reservations import Reservation
+from datetime import datetime, timedelta
 
 
 class InstanceState(enum.Enum):
@@ -117,6 +114,68 @@ class SpotRequest:
     # reads that from its cloud's status codes.
     unfulfillable: bool = False
     instance_id: str | None = None
+
+
+class ReservationKind(enum.Enum):
+    # Used only by launches that name it (EC2's targeted ODCR, GCP's specific reservation).
+    TARGETED = "targeted"
+    # Used by any launch of its type and zone that does not opt out of it.
+    OPEN = "open"
+    # EC2 Capacity Block for ML: named, bought in its own market, taken back at its end.
+    CAPACITY_BLOCK = "capacity-block"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One reservation a pool names, as the cloud reports it now."""
+
+    id: str
+    kind: ReservationKind
+    instance_type: str
+    # Where the pool launches into it, as its offerings name zones: the pool's subnet in
+    # its zone on EC2 ("" for a pool launching into the default subnets), the zone on
+    # Compute Engine.
+    zone: str
+    # Its zone as the cloud names it, for people (EC2's availability zone).
+    place: str
+    total: int
+    # Places no machine holds now, this pool's or anyone's.
+    available: int
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    # The cloud deletes its machines at its end (a Capacity Block, a calendar-mode
+    # reservation); an ODCR that ends leaves them running at on-demand prices.
+    ends_hard: bool = False
+    # The pool can launch into it: it has a subnet or zone where the reservation is.
+    matched: bool = True
+
+    def active(self, now: datetime) -> bool:
+        """Launches may go there now (it has started and not ended)."""
+        return (self.starts_at is None or self.starts_at <= now) and (
+            self.ends_at is None or now < self.ends_at
+        )
+
+    def ending(self, now: datetime, lead: timedelta) -> bool:
+        """Its machines are about to be taken back: within ``lead`` of a hard end."""
+        return self.ends_hard and self.ends_at is not None and now >= self.ends_at - lead
+
+    def usable(self, now: datetime, lead: timedelta) -> bool:
+        """New work may go there: active, matching the pool, and not ending."""
+        return self.matched and self.active(now) and not self.ending(now, lead)
+
+    def describe(self, now: datetime) -> str:
+        """What it is, for people: ``cr-1 (targeted, 4 x p4d.24xlarge in us-east-1a, 1
+        free, ends 2026-12-01 12:00 UTC)``."""
+        window = []
+        if self.starts_at is not None and now < self.starts_at:
+            window.append(f"starts {self.starts_at:%Y-%m-%d %H:%M} UTC")
+        if self.ends_at is not None:
+            window.append(f"ends {self.ends_at:%Y-%m-%d %H:%M} UTC")
+        where = self.place or self.zone or "the default zone"
+        return (
+            f"{self.id} ({self.kind.value}, {self.total} x {self.instance_type} in {where}, "
+            f"{self.available} free{''.join(', ' + w for w in window)})"
+        )
 
 
 @dataclass(frozen=True)

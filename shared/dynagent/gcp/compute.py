@@ -21,11 +21,11 @@ from google.protobuf.json_format import ParseError
 
 from dynagent.core.boot import MasterAddress, MasterUrlError, master_address
 from dynagent.core.config import Pool, Settings
-from dynagent.core.fleet import Fleet, Instance, Mark
+from dynagent.core.fleet import Fleet, Instance, Mark, Reservation
 from dynagent.core.offerings import Offering, Purchase
 from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Start, Stop, Termination
 from dynagent.core.pools.gcp import GcpProvider
-from dynagent.core.reservations import Reservation, machines_in_each
+from dynagent.core.reservations import machines_in_each
 from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
 from dynagent.run.provider import LaunchErrorKind, LaunchNotVisible, LaunchResult, StartResult
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from dynagent.core.reservations import Reservation, ReservationKind
+from dynagent.core.fleet import Reservation, ReservationKind
 
 RESERVATIONS_FOR = timedelta(minutes=1)
 # reservationAffinity's key for naming reservations.

@@ -13,7 +13,15 @@ from datetime import datetime
 
 from dynagent.core.boot.drift import boot_config
 from dynagent.core.config import Pool, ProviderConfig, Settings
-from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark, RequestState, SpotRequest
+from dynagent.core.fleet import (
+    Fleet,
+    Instance,
+    InstanceState,
+    Mark,
+    RequestState,
+    Reservation,
+    SpotRequest,
+)
 from dynagent.core.offerings import Catalog, Shape
 from dynagent.core.packing import Existing
 from dynagent.core.plan import (
@@ -21,7 +29,6 @@ from dynagent.core.plan import (
     Interruption,
     Termination,
 )
-from dynagent.core.reservations import Reservation
 from dynagent.core.snapshot import Agent, PendingTask, Snapshot
 
 _ID = operator.attrgetter("id")

@@ -17,6 +17,7 @@ from dynagent.core.decide.zero_slot import zero_slot_launches
 from dynagent.core.offerings import Catalog, Offering, Shape
 from dynagent.core.packing import NO_CAP, Demand, Existing, NewMachine, pack
 from dynagent.core.plan import Launch, Start
+from dynagent.core.reservations import reserved_offering
 from dynagent.core.snapshot import PendingTask, Snapshot
 
 
@@ -77,7 +78,7 @@ def reserved_places(ctx: Context, live: int) -> list[Offering]:
     last = datetime.max.replace(tzinfo=ctx.now.tzinfo)
     for reservation in sorted(ctx.usable, key=lambda r: (r.ends_at or last, r.id)):
         slots = ctx.catalog.slots_of(reservation.instance_type, provider.slots_per_instance)
-        offering = reservation.offering(slots)
+        offering = reserved_offering(reservation, slots)
         if offering.key in refused or slots <= 0:
             continue
         for _ in range(reservation.available):

@@ -10,7 +10,7 @@ from dynagent.aws.reservations import describe_named, pool_subnets, reservation_
 from dynagent.cli.doctor.findings import Finding, fail, ok, warn
 from dynagent.core.config import Pool
 from dynagent.core.durations import format_duration
-from dynagent.core.reservations import Reservation, ReservationKind
+from dynagent.core.fleet import Reservation, ReservationKind
 
 from . import shape
 from .view import Ec2View
