@@ -222,6 +222,12 @@ ROWS = {
         "GET /api/v1/resource-pools",
         "check that --master (or DET_MASTER) is the master's URL",
     ),
+    "bridge: drain notices from no SQS queue": row(
+        "bridge --master http://m:8080 --config {aws} --print --token-file {token} "
+        "--drain-notices projects/p/subscriptions/notices",
+        "--drain-notices 'projects/p/subscriptions/notices' is not an SQS queue URL",
+        "AWS only",
+    ),
     "trace: no master": row("trace --since 30d --out {trace_out}", "--master is required"),
     "trace: a bad --since": row(
         "trace --master http://m:8080 --since 30x --out {trace_out}",

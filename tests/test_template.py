@@ -422,6 +422,7 @@ def test_queue_tags_hold_the_status_written_by_reconcile_read_by_the_reader(
 ) -> None:
     queue = json.dumps(SNAPSHOT_QUEUE_ARN, sort_keys=True)
     dead = json.dumps({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}, sort_keys=True)
+    notices = json.dumps(DRAIN_NOTICE_QUEUE_ARN, sort_keys=True)
     assert sqs_grants(template) == {
         ("ReconcileRole/queues", "sqs:ReceiveMessage", queue),
         ("ReconcileRole/queues", "sqs:DeleteMessage", queue),
@@ -430,6 +431,10 @@ def test_queue_tags_hold_the_status_written_by_reconcile_read_by_the_reader(
         # The pool's summary after an applied snapshot (dynagent.aws.status).
         ("ReconcileRole/queues", "sqs:TagQueue", queue),
         ("ReconcileRole/queues", "sqs:SendMessage", dead),
+        # Drain notices to the bridge (core.drain_notices), read by the publisher.
+        ("ReconcileRole/queues", "sqs:SendMessage", notices),
+        ("PublisherPolicy", "sqs:ReceiveMessage", notices),
+        ("PublisherPolicy", "sqs:DeleteMessage", notices),
         ("ReconcileRole/queues", "sqs:GetQueueAttributes", dead),
         ("PublisherPolicy", "sqs:SendMessage", queue),
         ("StatusReaderPolicy", "sqs:ListQueueTags", queue),
@@ -456,6 +461,17 @@ def test_queue_tags_hold_the_status_written_by_reconcile_read_by_the_reader(
 # the local AWS and holds its calls to this set.
 PUBLISHER_ACTIONS = {"sqs:SendMessage"}
 SNAPSHOT_QUEUE_ARN = {"Fn::GetAtt": ["SnapshotQueue", "Arn"]}
+# And with --drain-notices, what SqsDrainNotices calls on the functions' notice queue.
+DRAIN_NOTICE_ACTIONS = {"sqs:ReceiveMessage", "sqs:DeleteMessage"}
+DRAIN_NOTICE_QUEUE_ARN = {"Fn::GetAtt": ["DrainNoticeQueue", "Arn"]}
+
+
+def publisher_expected() -> set[tuple[str, str]]:
+    queue = json.dumps(SNAPSHOT_QUEUE_ARN, sort_keys=True)
+    notices = json.dumps(DRAIN_NOTICE_QUEUE_ARN, sort_keys=True)
+    return {(action, queue) for action in PUBLISHER_ACTIONS} | {
+        (action, notices) for action in DRAIN_NOTICE_ACTIONS
+    }
 
 
 def publisher_grants(template: Template) -> set[tuple[str, str]]:
@@ -475,8 +491,7 @@ def publisher_grants(template: Template) -> set[tuple[str, str]]:
 
 
 def test_the_publisher_policy_allows_exactly_what_the_publisher_calls(template: Template) -> None:
-    queue = json.dumps(SNAPSHOT_QUEUE_ARN, sort_keys=True)
-    assert publisher_grants(template) == {(action, queue) for action in PUBLISHER_ACTIONS}
+    assert publisher_grants(template) == publisher_expected()
     output = template["Outputs"]["PublisherPolicyArn"]
     assert output["Value"] == {"Ref": "PublisherPolicy"}
 
@@ -498,8 +513,7 @@ def test_the_publisher_check_notices_more(template: Template, statement: Stateme
     broken = copy.deepcopy(template)
     document = broken["Resources"]["PublisherPolicy"]["Properties"]["PolicyDocument"]
     document["Statement"] = [*as_list(document["Statement"]), statement]
-    queue = json.dumps(SNAPSHOT_QUEUE_ARN, sort_keys=True)
-    assert publisher_grants(broken) != {(action, queue) for action in PUBLISHER_ACTIONS}
+    assert publisher_grants(broken) != publisher_expected()
 
 
 def test_functions_get_no_policies_from_sam(template: Template) -> None:

@@ -12,8 +12,10 @@ from pydantic import ValidationError
 
 from dynagent.core.config import Pool
 from dynagent.core.decide import decide
+from dynagent.core.drain_notices import InvalidNotice, notice_message, parse_notice
 from dynagent.core.fleet import Fleet, InstanceState, Mark, Reservation, ReservationKind
 from dynagent.core.offerings import Purchase
+from dynagent.core.plan import DrainNotice
 from dynagent.core.reservations import reserved_offering
 from tests.builders import NOW, agent_instance, ago, idle, instance, pool, snapshot
 
@@ -246,3 +248,54 @@ def test_a_gcp_pool_names_its_own_or_a_shared_reservation() -> None:
     assert gcp.provider.reservations[1] == "projects/shared-host/reservations/h100-block"
     with pytest.raises(ValidationError, match="is not a reservation"):
         Pool.model_validate({"name": "h100", "provider": {**fields, "reservations": ["A3"]}})
+
+
+def test_the_bridge_is_told_to_drain_a_block_s_agents_ahead_of_its_end() -> None:
+    ends = NOW + timedelta(minutes=45)
+    block = odcr(
+        kind=ReservationKind.CAPACITY_BLOCK,
+        available=0,
+        starts_at=ago(hours=20),
+        ends_at=ends,
+        ends_hard=True,
+    )
+    machine = replace(agent_instance("i-r0"), reservation=block.id)
+    plain = agent_instance("i-b0")
+    plan = decide(
+        p4d_pool(),
+        Fleet(instances=(machine, plain), reservations=(block,)),
+        snapshot(agents=[("i-r0", 8, 8), ("i-b0", 8, 8)]),
+        NOW,
+    )
+
+    (notice,) = plan.drain_notices
+    assert (notice.agent_id, notice.at) == ("i-r0", ends - timedelta(minutes=40))
+    assert block.id in notice.reason
+    # Far from its end, nothing is said yet; an ODCR's end is no reason to drain.
+    later = replace(block, ends_at=NOW + timedelta(hours=2))
+    calm = decide(p4d_pool(), Fleet(instances=(machine,), reservations=(later,)), snapshot(), NOW)
+    assert calm.drain_notices == ()
+    odcr_end = replace(block, kind=ReservationKind.TARGETED, ends_hard=False)
+    assert (
+        decide(
+            p4d_pool(), Fleet(instances=(machine,), reservations=(odcr_end,)), snapshot(), NOW
+        ).drain_notices
+        == ()
+    )
+
+
+def test_drain_notices_read_back_as_sent_and_bad_ones_are_named() -> None:
+    notices = (DrainNotice("i-r0", NOW, "reservation cr-1 ends"),)
+    body = notice_message("gpu", notices, NOW)
+    assert parse_notice(body) == ("gpu", list(notices))
+    for bad, says in [
+        ("{", "not JSON"),
+        ('{"type": "pool.snapshot"}', "type"),
+        ('{"type": "pool.drain", "version": 2}', "version"),
+        (
+            '{"type": "pool.drain", "version": 1, "pool": "gpu", "agents": [{"id": "i"}]}',
+            r"agents\[0\]: .at",
+        ),
+    ]:
+        with pytest.raises(InvalidNotice, match=says):
+            parse_notice(bad)

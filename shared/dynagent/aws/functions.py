@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.exceptions import ClientError
 
 from dynagent.core.config import AwsProvider, Config, Pool
+from dynagent.core.drain_notices import notice_message
 from dynagent.core.fleet import Fleet
 from dynagent.core.interruptions import plan_interruption
 from dynagent.core.plan import Plan
@@ -52,6 +53,8 @@ from .status import QueueTagStore, summary_from_tags
 CONFIG_ENV = "DYNAGENT_CONFIG"
 DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_QUEUE_URL"
 SNAPSHOT_QUEUE_ENV = "DYNAGENT_SNAPSHOT_QUEUE_URL"
+# The queue the bridge reads drain notices from (core.drain_notices).
+DRAIN_NOTICE_QUEUE_ENV = "DYNAGENT_DRAIN_NOTICE_QUEUE_URL"
 # A failed record is retried after this, doubling with each receive, up to the cap.
 RETRY_DELAY_SECONDS = 10
 RETRY_DELAY_CAP_SECONDS = 300
@@ -66,6 +69,7 @@ class AwsFunctions:
     sqs: Any = None
     dead_letter_url: str | None = None
     snapshot_queue_url: str | None = None
+    drain_notice_queue_url: str | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
     logger: Any = field(default_factory=lambda: logging.getLogger("dynagent"))
@@ -93,6 +97,7 @@ class AwsFunctions:
             sqs=sqs_client(),
             dead_letter_url=os.environ.get(DEAD_LETTER_ENV) or None,
             snapshot_queue_url=os.environ.get(SNAPSHOT_QUEUE_ENV) or None,
+            drain_notice_queue_url=os.environ.get(DRAIN_NOTICE_QUEUE_ENV) or None,
             logger=logger,
         )
 
@@ -186,9 +191,30 @@ class AwsFunctions:
             return
         log_outcome(self.logger, outcome)
         self._measure(outcome, now)
+        if outcome.plan is not None and outcome.plan.drain_notices:
+            self._tell_bridge(outcome.plan, now)
         if self._summaries is not None and outcome.plan is not None:
             refused = outcome.launch.error if outcome.launch is not None else None
             self._summaries.record(parsed, refused, now, outcome.launches_paused_until)
+
+    def _tell_bridge(self, plan: Plan, now: datetime) -> None:
+        """Send the plan's drain notices to the bridge's queue. A send that fails is
+        logged, not retried: the next pass sends them again."""
+        if not self.drain_notice_queue_url or self.sqs is None:
+            self.logger.warning(
+                f"no {DRAIN_NOTICE_QUEUE_ENV} set: the bridge is not told to drain "
+                f"{len(plan.drain_notices)} agents ahead of their reservation's end",
+                extra={"pool": plan.pool},
+            )
+            return
+        body = notice_message(plan.pool, plan.drain_notices, now)
+        try:
+            self.sqs.send_message(QueueUrl=self.drain_notice_queue_url, MessageBody=body)
+        except ClientError as error:
+            self.logger.warning(
+                "could not send drain notices; the next pass sends them again",
+                extra={"pool": plan.pool, "error": str(error)},
+            )
 
     def _measure(self, outcome: Outcome, now: datetime) -> None:
         self._emit(lambda: pass_points(outcome, self.config.pools.get(outcome.pool), now), now)

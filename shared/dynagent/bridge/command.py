@@ -35,6 +35,13 @@ def add_parser(commands: Any) -> None:
     bridge.add_argument("--region", help="the queue's region, if its URL does not say")
     bridge.add_argument("--once", action="store_true", help="one pass, then exit")
     bridge.add_argument(
+        "--drain-notices",
+        metavar="QUEUE_URL",
+        help="the SQS queue the functions send drain notices to (the stack's "
+        "DrainNoticeQueueUrl): agents whose machine a reservation's end takes back are "
+        "drained ahead of it",
+    )
+    bridge.add_argument(
         "--master-host",
         choices=("ec2", "gce"),
         help="the cloud the master's host runs in: its metadata gives the master's own "
@@ -112,6 +119,24 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
     )
     bridge = Bridge(config, master, sink, config_file=args.config)
+    if args.drain_notices:
+        if not args.drain_notices.startswith(("https://", "http://")):
+            print(
+                f"dynagent bridge: --drain-notices {args.drain_notices!r} is not an SQS queue "
+                "URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); drain notices are sent "
+                "on AWS only for now",
+                file=sys.stderr,
+            )
+            return 2
+        from dynagent.aws.clients import sqs_client
+        from dynagent.bridge.publish import region_of
+
+        from .drain_notices import SqsDrainNotices
+
+        queue_region = args.region or region_of(args.drain_notices)
+        bridge.drain_notices = SqsDrainNotices(
+            sqs_client(queue_region), args.drain_notices, logging.getLogger("dynagent.bridge")
+        )
     unresolved = _alias_pools(config) if not args.master_host else []
     if unresolved:
         print(

@@ -74,11 +74,15 @@ class Drainer:
     retired: set[str] = field(default_factory=set)
     # Since when each drained agent has been idle, for its retirement.
     drained_idle_since: dict[str, datetime] = field(default_factory=dict)
+    # Agents drained because their machine is taken back soon (a reservation's end):
+    # never enabled again, never reported draining or retired.
+    held: set[str] = field(default_factory=set)
 
     def actions(self, pool: Pool, reading: PoolReading, now: datetime) -> list[DrainAction]:
         present = {agent.id for agent in reading.agents}
         self.drained &= present
         self.retired &= present
+        self.held &= present
         for agent in reading.agents:
             if agent.enabled and not agent.draining and agent.idle:
                 self.idle_since.setdefault(agent.id, now)
@@ -93,6 +97,13 @@ class Drainer:
         draining = {action.agent_id for action in drains}
         surplus = _surplus(pool, reading, draining)
         return self._claims(reading) + drains + surplus + self._reserve(pool, reading)
+
+    def hold(self, agent_id: str) -> None:
+        """The agent is drained for good: its machine is about to be taken back."""
+        self.held.add(agent_id)
+        self.drained.discard(agent_id)
+        self.retired.discard(agent_id)
+        self.drained_idle_since.pop(agent_id, None)
 
     def done(self, action: DrainAction) -> None:
         """The master carried ``action`` out: the agent is ours to report, or no more."""
@@ -172,7 +183,11 @@ class Drainer:
         return [
             DrainAction(a.id, False, "listed draining: drained again to tell it is ours", True)
             for a in reading.agents
-            if a.draining and not a.enabled and a.id not in self.drained and a.idle
+            if a.draining
+            and not a.enabled
+            and a.id not in self.drained
+            and a.id not in self.held
+            and a.idle
         ]
 
     def _reserve(self, pool: Pool, reading: PoolReading) -> list[DrainAction]:

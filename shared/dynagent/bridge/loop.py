@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from dynagent.core.admission import pools_from_master_config, pools_from_resource_pools
 from dynagent.core.config import Config
 from dynagent.core.durations import format_duration
+from dynagent.core.plan import DrainNotice
 from dynagent.core.snapshot import Snapshot
 
 from .admission_check import admission_findings
@@ -73,6 +74,10 @@ class Bridge:
     launch_error: bool | None = None
     master_config_read: bool = False
     admission_warned: set[str] = field(default_factory=set)
+    # Where the functions' drain notices come from (bridge.drain_notices), if anywhere;
+    # what they said, by pool and agent: the latest notice of each.
+    drain_notices: Any = None
+    handbacks: dict[str, dict[str, DrainNotice]] = field(default_factory=dict)
 
     def run_once(self) -> list[Snapshot]:
         """One pass; the snapshots it published (none when the master was not read)."""
@@ -96,6 +101,7 @@ class Bridge:
                 extra={"outage": format_duration(now - self.outage_since)},
             )
             self.outage_since = None
+        self._read_drain_notices()
         published = []
         for name, pool in self.config.pools.items():
             reading = readings.get(name)
@@ -155,9 +161,53 @@ class Bridge:
                 self.admission_warned.add(finding.message)
                 self.logger.warning(finding.message, extra={"pool": finding.pool})
 
+    def _read_drain_notices(self) -> None:
+        if self.drain_notices is None:
+            return
+        try:
+            received = self.drain_notices.receive()
+        except Exception as error:  # the next pass reads them again: they are re-sent
+            self.logger.warning(f"could not read drain notices: {error}")
+            return
+        for pool, notice in received:
+            if pool in self.config.pools:
+                self.handbacks.setdefault(pool, {})[notice.agent_id] = notice
+
+    def _hand_back(
+        self, pool_name: str, drainer: Drainer, reading: PoolReading, now: datetime
+    ) -> PoolReading:
+        """Agents whose machine the cloud takes back soon: drained for good once their
+        notice's time has come, so the master places no new work on them."""
+        notices = self.handbacks.get(pool_name)
+        if not notices:
+            return reading
+        present = {agent.id: agent for agent in reading.agents}
+        for agent_id in [a for a, n in notices.items() if a not in present and n.at <= now]:
+            del notices[agent_id]
+        for agent_id, notice in sorted(notices.items()):
+            agent = present.get(agent_id)
+            if agent is None or notice.at > now or agent_id in drainer.held:
+                continue
+            if agent.enabled:
+                try:
+                    self.master.disable(agent_id)
+                except (MasterRefused, MasterUnavailable) as error:
+                    self.logger.warning(
+                        f"could not drain agent {agent_id}: {error}", extra={"pool": pool_name}
+                    )
+                    continue
+                reading = reading.with_state(agent_id, enabled=False, draining=True)
+            drainer.hold(agent_id)
+            self.logger.info(
+                f"drained agent {agent_id}: {notice.reason}; its machine is taken back then",
+                extra={"pool": pool_name},
+            )
+        return reading
+
     def _drain(self, pool_name: str, reading: PoolReading, now: datetime) -> PoolReading:
         pool = self.config.pool(pool_name)
         drainer = self.drainers.setdefault(pool_name, Drainer())
+        reading = self._hand_back(pool_name, drainer, reading, now)
         for action in drainer.actions(pool, reading, now):
             # A drained agent is never terminated until retired (drain.py), so one that
             # pending tasks want is enabled at once: no function can be acting on it.

@@ -30,14 +30,14 @@ def publisher_for(destination: str, region: str | None = None) -> Publisher:
         from dynagent.aws.clients import sqs_client
         from dynagent.aws.sqs import SqsPublisher
 
-        return SqsPublisher(destination, sqs_client(region or _region_of(destination)))
+        return SqsPublisher(destination, sqs_client(region or region_of(destination)))
     raise ValueError(
         f"{destination!r} is neither an SQS queue URL (https://sqs.REGION.amazonaws.com/...) "
         "nor a Pub/Sub topic (projects/PROJECT/topics/NAME)"
     )
 
 
-def _region_of(queue_url: str) -> str | None:
+def region_of(queue_url: str) -> str | None:
     """``https://sqs.us-west-2.amazonaws.com/...`` -> ``us-west-2``; None for other hosts."""
     host = queue_url.split("://", 1)[1].split("/", 1)[0]
     parts = host.split(".")

@@ -116,6 +116,17 @@ class Interruption:
 
 
 @dataclass(frozen=True)
+class DrainNotice:
+    """An agent the master should place no more work on from ``at``: its machine is in a
+    reservation the cloud takes back at its end (a Capacity Block). The functions tell
+    the bridge (``core.notices``), which disables it with drain then."""
+
+    agent_id: str
+    at: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
 class Unschedulable:
     """A pending task no fleet of this pool could ever run."""
 
@@ -155,6 +166,8 @@ class Plan:
     # The hash of the boot config launches carry (``boot.drift``), "" when unknown: a
     # stopped machine whose own differs is deleted, never started.
     boot_config: str = ""
+    # Agents the bridge should drain ahead of their reservation's end.
+    drain_notices: tuple[DrainNotice, ...] = ()
 
     def only_launching(self, launch_key: str, launches: tuple[Launch, ...]) -> Plan:
         """This plan's launches alone (or ``launches``), under ``launch_key``: what a
@@ -170,6 +183,7 @@ class Plan:
             adoptions=(),
             marks=(),
             interruptions=(),
+            drain_notices=(),
         )
 
     @property
@@ -194,6 +208,10 @@ class Plan:
         lines += [
             f"tag {a.instance_id} as managed: launched by spot request {a.request_id}"
             for a in self.adoptions
+        ]
+        lines += [
+            f"tell the bridge to drain {n.agent_id} from {n.at:%Y-%m-%d %H:%M:%S}Z: {n.reason}"
+            for n in self.drain_notices
         ]
         for write in self.marks:
             verb = f"set {write.mark.value}" if write.value else f"clear {write.mark.value}"

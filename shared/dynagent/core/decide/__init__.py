@@ -26,7 +26,7 @@ from dynagent.core.decide.trim import trim_to_max
 from dynagent.core.decide.walk import walk_fleet
 from dynagent.core.fleet import Fleet
 from dynagent.core.packing import AT_CAP
-from dynagent.core.plan import Cancellation, Plan, Stop, Termination
+from dynagent.core.plan import Cancellation, DrainNotice, Plan, Stop, Termination
 from dynagent.core.snapshot import Snapshot
 
 __all__ = ["INTERRUPTION_GRACE", "decide"]
@@ -75,6 +75,19 @@ def decide(
         interruptions=tuple(ctx.interruptions),
         master_addresses=tuple(sorted(addresses.items())),
         boot_config=ctx.boot_config if launches or starts or stops else "",
+        drain_notices=drain_notices(ctx) if ctx.announced else (),
+    )
+
+
+def drain_notices(ctx: Context) -> tuple[DrainNotice, ...]:
+    """The live machines of reservations ending soon, for the bridge to drain in time."""
+    announced = ctx.announced
+    return tuple(
+        DrainNotice(
+            agent.id if agent is not None else instance.id, *announced[instance.reservation]
+        )
+        for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True)
+        if instance.reservation in announced and instance.live
     )
 
 

@@ -9,7 +9,7 @@ import functools
 import itertools
 import operator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from dynagent.core.boot.drift import boot_config
 from dynagent.core.config import Pool, ProviderConfig, Settings
@@ -32,6 +32,9 @@ from dynagent.core.plan import (
 from dynagent.core.snapshot import Agent, PendingTask, Snapshot
 
 _ID = operator.attrgetter("id")
+# How long before the drain of a reservation's agents the functions start telling the
+# bridge when it is: a few bridge heartbeats, so one lost notice is repeated in time.
+ANNOUNCE = timedelta(minutes=10)
 
 
 _SLOTS = operator.attrgetter("slots")
@@ -89,6 +92,9 @@ class Context:
     usable: tuple[Reservation, ...] = field(init=False)
     held: frozenset[str] = field(init=False)
     ending: frozenset[str] = field(init=False)
+    # Reservations with a hard end near enough to tell the bridge when to drain their
+    # agents: by id, (when, why).
+    announced: dict[str, tuple[datetime, str]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.seen_at = min(self.snapshot.time, self.now) if self.snapshot else self.now
@@ -104,6 +110,11 @@ class Context:
         self.held = frozenset(
             r.id for r in offered if r.active(self.now) and r.id not in self.ending
         )
+        self.announced = {
+            r.id: (r.ends_at - lead, f"reservation {r.id} ends at {r.ends_at:%Y-%m-%d %H:%M}Z")
+            for r in offered
+            if r.ends_hard and r.ends_at is not None and self.now >= r.ends_at - lead - ANNOUNCE
+        }
         instances = self.fleet.instances
         # The agents by id are needed only here: dropped while what they point to is
         # still in the cache (at 100k agents, freeing them at the end of the pass cost
