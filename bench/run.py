@@ -18,6 +18,7 @@ import cap
 import cold_start
 import handler_cpu
 import machine
+import reservations
 import simulator
 import trace_read
 import warm_pool
@@ -30,6 +31,11 @@ BENCHMARKS = (
     ("simulator", "simulator: every shared trace", simulator.run),
     ("cap", "a pool at its cap: cluster05 on g5 1/4/8, max_instances 10", cap.run),
     ("warm_pool", "warm pools: every shared trace, a 6-minute boot, a 90 s start", warm_pool.run),
+    (
+        "reservations",
+        "reserved capacity: cluster05 on p4d with 10 reserved, beside the pool without",
+        reservations.run,
+    ),
     (
         "trace_read",
         "dynagent trace: a busy master's tasks, one at a time and at once",

@@ -201,6 +201,16 @@ ROWS = {
         "simulate {trace} --config {warm} --sweep warm_pool.max_stoped=1,2",
         "not a field of warm_pool: did you mean max_stopped?",
     ),
+    "simulate: a reservation written wrong": row(
+        "simulate {trace} --config {aws} --reservation g5.2xlarge:10",
+        "--reservation 'g5.2xlarge:10'",
+        "like p4d.24xlarge=10",
+    ),
+    "simulate: a reservation of a type the pool does not buy": row(
+        "simulate {trace} --config {aws} --reservation p4d.24xlarge=10",
+        "--reservation of p4d.24xlarge",
+        "pool 'gpu' does not buy that type (it buys g5.2xlarge)",
+    ),
     "simulate: no config file": row(
         "simulate {trace} --config {missing}", "{missing}", "No such file"
     ),

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark
+from dynagent.core.fleet import Fleet, Instance, InstanceState, Mark, Reservation, ReservationKind
 from dynagent.core.offerings import Offering, Purchase
 from dynagent.core.plan import Adoption, Cancellation, MarkWrite, Plan, Start, Stop, Termination
 from dynagent.run.fallback import Attempt, CapacityMemory, launch_with_fallback
@@ -42,6 +42,7 @@ from dynagent.run.provider import LaunchErrorKind, LaunchResult, StartResult
 from dynagent.simulate.boot import BootSampler
 from dynagent.simulate.capacity import Outage, covered
 from dynagent.simulate.clock import Events, Kind, at, seconds_at
+from dynagent.simulate.reservations import SimReservation
 
 HOUR = 3600
 # Seconds between a spot interruption warning and the reclaim, as on EC2.
@@ -105,6 +106,7 @@ class SimInstance:
                 zone=offering.zone,
                 spot=offering.purchase is Purchase.SPOT,
                 boot_config=self.boot_config,
+                reservation=offering.reservation,
             )
         return self._view
 
@@ -119,13 +121,19 @@ class Bill:
     instance_seconds: int = 0
     slot_seconds: int = 0
     dollars: float = 0.0
-    # Of ``dollars``: the disks of stopped machines.
+    # Of ``dollars``: the disks of stopped machines, and the reservations' windows.
     disk_dollars: float = 0.0
+    reserved_dollars: float = 0.0
 
     def add(self, instance: SimInstance, seconds: int, price: float) -> None:
         self.instance_seconds += seconds
         self.slot_seconds += instance.slots * seconds
         self.dollars += price * seconds / HOUR
+
+    def add_billed(self, instance: SimInstance, seconds: int, dollars: float) -> None:
+        self.instance_seconds += seconds
+        self.slot_seconds += instance.slots * seconds
+        self.dollars += dollars
 
     def add_disk(self, seconds: int, price: float) -> None:
         dollars = price * seconds / HOUR
@@ -151,6 +159,9 @@ class SimCloud:
         price: float | None = None,
         interruptions: Interruptions | None = None,
         disk_per_hour: float = 0.0,
+        reservations: Sequence[SimReservation] = (),
+        on_demand: dict[str, float] | None = None,
+        zones: dict[str, str] | None = None,
     ) -> None:
         self.boot = boot
         self.events = events
@@ -181,6 +192,18 @@ class SimCloud:
         self._keys: dict[str, tuple[str, ...]] = {}
         self._gone: list[str] = []
         self._instances: tuple[Instance, ...] | None = None
+        # Reservations (simulate.reservations), by id: the machines in each, what they
+        # used of it (place-seconds, of machines gone), and the on-demand prices and
+        # zones they are billed and placed at.
+        self.reservations = {f"sim-r{n + 1}": r for n, r in enumerate(reservations)}
+        # Reservations bill from the run's start (the trace's first second).
+        self.started = clock()
+        self.in_reservation: dict[str, set[str]] = {r: set() for r in self.reservations}
+        self.reserved_used = 0
+        self.on_demand = dict(on_demand or {})
+        self.zones = dict(zones or {})
+        # On-demand machines launched of a type while a place of it was free.
+        self.on_demand_beside_free = 0
 
     # The Provider contract
 
@@ -188,7 +211,33 @@ class SimCloud:
         if self._instances is None:
             live = (i.view() for i in self.live.values())
             self._instances = (*live, *(i.view() for i in self.stopped.values()))
-        return Fleet(self._instances, unavailable=self.memory.unavailable(at(self.clock())))
+        unavailable = self.memory.unavailable(at(self.clock()))
+        if not self.reservations:
+            return Fleet(self._instances, unavailable=unavailable)
+        return Fleet(self._instances, unavailable=unavailable, reservations=self._held())
+
+    def _held(self) -> tuple[Reservation, ...]:
+        return tuple(
+            Reservation(
+                id=key,
+                kind=ReservationKind.TARGETED,
+                instance_type=r.instance_type,
+                zone=self.zones.get(r.instance_type, ""),
+                place=self.zones.get(r.instance_type, ""),
+                total=r.count,
+                available=max(0, r.count - len(self.in_reservation[key])),
+                starts_at=None if r.start is None else at(r.start),
+                ends_at=None if r.end is None else at(r.end),
+            )
+            for key, r in self.reservations.items()
+        )
+
+    def _free_places(self, instance_type: str, now: int) -> int:
+        return sum(
+            r.count - len(self.in_reservation[key])
+            for key, r in self.reservations.items()
+            if r.instance_type == instance_type and r.active(now)
+        )
 
     def launch(self, plan: Plan) -> LaunchResult:
         if not plan.launches:
@@ -232,10 +281,30 @@ class SimCloud:
         if instance is None:
             return False  # not found counts as done
         instance.terminated = now
-        self._closed.add(instance, now - instance.launched, self._price(instance))
+        self._bill_closed(instance, now)
         self.live_slots -= instance.slots
         self._instances = None
         return True
+
+    def _bill_closed(self, instance: SimInstance, now: int) -> None:
+        seconds, dollars = self._charge(instance, now)
+        self._closed.add_billed(instance, seconds, dollars)
+        reservation = instance.offering.reservation
+        if reservation:
+            self.in_reservation[reservation].discard(instance.id)
+            self.reserved_used += self.reservations[reservation].seconds_within(
+                instance.launched, now
+            )
+
+    def _charge(self, instance: SimInstance, until: int) -> tuple[int, float]:
+        """(seconds, dollars) a machine billed from its launch (or start) to ``until``:
+        nothing more inside its reservation's window, the on-demand price outside it."""
+        seconds = until - instance.launched
+        reservation = instance.offering.reservation
+        if not reservation:
+            return seconds, self._price(instance) * seconds / HOUR
+        outside = seconds - self.reservations[reservation].seconds_within(instance.launched, until)
+        return seconds, self.on_demand.get(instance.offering.instance_type, 0.0) * outside / HOUR
 
     def stop(self, stops: tuple[Stop, ...]) -> None:
         """Stopped: it bills its disk from now, and its agent leaves the master."""
@@ -244,7 +313,7 @@ class SimCloud:
             instance = self.live.pop(stop.instance_id, None)
             if instance is None:
                 continue
-            self._closed.add(instance, now - instance.launched, self._price(instance))
+            self._bill_closed(instance, now)
             self.live_slots -= instance.slots
             instance.stopped, instance.running = now, False
             instance.changed()
@@ -313,6 +382,9 @@ class SimCloud:
         """Launch ``count`` instances now; their boot events go on the run's clock."""
         now = self.clock()
         offering = offering or self.default
+        reserved_free = self.reservations and not offering.reservation
+        if reserved_free and self._free_places(offering.instance_type, now) > 0:
+            self.on_demand_beside_free += count
         by_type = self.launches_by_type
         by_type[offering.instance_type] = by_type.get(offering.instance_type, 0) + count
         started = []
@@ -328,6 +400,8 @@ class SimCloud:
             )
             self.live[instance.id] = instance
             self.live_slots += instance.slots
+            if offering.reservation:
+                self.in_reservation[offering.reservation].add(instance.id)
             self.events.schedule(now + running_after, Kind.INSTANCE_RUNNING, instance.id)
             self.events.schedule(instance.registers_at, Kind.AGENT_REGISTERED, instance.id)
             if self._lifetime is not None and offering.purchase is Purchase.SPOT:
@@ -368,14 +442,47 @@ class SimCloud:
             closed.instance_seconds, closed.slot_seconds, closed.dollars, closed.disk_dollars
         )
         for instance in self.live.values():
-            total.add(instance, until - instance.launched, self._price(instance))
+            total.add_billed(instance, *self._charge(instance, until))
         for instance in self.stopped.values():
             assert instance.stopped is not None
             total.add_disk(until - instance.stopped, self.disk_per_hour)
+        for r in self.reservations.values():
+            dollars = (
+                r.count
+                * self.on_demand.get(r.instance_type, 0.0)
+                * self.reserved_seconds(r, until)
+                / HOUR
+            )
+            total.dollars += dollars
+            total.reserved_dollars += dollars
         return total
 
+    def reserved_seconds(self, reservation: SimReservation, until: int) -> int:
+        """How long the reservation has been billed by ``until``: from the run's start."""
+        return reservation.seconds_within(self.started, until)
+
+    def reserved_place_seconds(self, until: int) -> tuple[int, int]:
+        """(place-seconds the reservations held, place-seconds machines used) to ``until``."""
+        held = sum(r.count * self.reserved_seconds(r, until) for r in self.reservations.values())
+        used = self.reserved_used + sum(
+            self.reservations[i.offering.reservation].seconds_within(i.launched, until)
+            for i in self.live.values()
+            if i.offering.reservation
+        )
+        return held, used
+
     def _call(self, offering: Offering, count: int) -> Attempt:
-        if covered(self.outages, offering, self.clock()):
+        now = self.clock()
+        if offering.reservation:
+            reservation = self.reservations.get(offering.reservation)
+            free = 0
+            if reservation is not None and reservation.active(now):
+                free = reservation.count - len(self.in_reservation[offering.reservation])
+            started = self.launch_now(min(count, free), offering) if free > 0 else ()
+            if len(started) < count:
+                self.refusals += 1
+            return Attempt(started=started, out_of_capacity=len(started) < count)
+        if covered(self.outages, offering, now):
             self.refusals += 1
             return Attempt(out_of_capacity=True)
         return Attempt(started=self.launch_now(count, offering))

@@ -72,6 +72,15 @@ def add_parser(commands: Any) -> None:
         help="no capacity for that offering from START to END after the trace's start, "
         "e.g. p3.2xlarge=2h-5h (repeatable)",
     )
+    simulate.add_argument(
+        "--reservation",
+        action="append",
+        default=[],
+        metavar="TYPE=COUNT[@START-END]",
+        help="capacity reserved ahead, billed whole whether used or not: COUNT machines of "
+        "TYPE over the whole trace, or from START to END after its start, e.g. "
+        "p4d.24xlarge=10 or p4d.24xlarge=10@2d-5d (repeatable)",
+    )
     duration = {"metavar": "DURATION"}
     simulate.add_argument(
         "--running-after", default="60s", help="an instance shows running (60s)", **duration
@@ -255,6 +264,7 @@ def _pool(config: Config, name: str | None) -> Pool:
 def run_options(args: argparse.Namespace) -> RunOptions:
     from dynagent.simulate.boot import BootModel
     from dynagent.simulate.capacity import parse_outage
+    from dynagent.simulate.reservations import parse_reservation
     from dynagent.simulate.run import RunOptions
 
     boot = BootModel(
@@ -273,6 +283,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         heartbeat=heartbeat,
         exhaustive=args.exhaustive,
         outages=tuple(parse_outage(text) for text in args.unavailable),
+        reservations=tuple(parse_reservation(text) for text in args.reservation),
         price=args.price,
         interruption_rate=args.interruption_rate,
         fitting_policy=args.fitting_policy,

@@ -65,6 +65,12 @@ class Summary:
     start_refusals: int | None = None
     most_stopped: int | None = None
     disk_cost: float | None = None
+    # Reservations: place-hours held and used, what their windows cost (in ``cost``),
+    # and on-demand machines launched of a reserved type while a place was free.
+    reserved_hours: float | None = None
+    reserved_used_hours: float | None = None
+    reserved_cost: float | None = None
+    on_demand_beside_free: int | None = None
 
 
 def percentile(sorted_values: Sequence[int], percent: float) -> int | None:
@@ -126,6 +132,10 @@ def summarise(run: PolicyRun, limit_seconds: int) -> Summary:
         start_refusals=run.start_refusals,
         most_stopped=run.most_stopped,
         disk_cost=run.disk_dollars,
+        reserved_hours=run.reserved_hours,
+        reserved_used_hours=run.reserved_used_hours,
+        reserved_cost=run.reserved_dollars,
+        on_demand_beside_free=run.on_demand_beside_free,
     )
 
 

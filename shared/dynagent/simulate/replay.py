@@ -74,6 +74,18 @@ def check_interruptions(pool: Pool, rate: float) -> None:
         )
 
 
+def check_reservations(pool: Pool, options: RunOptions) -> None:
+    """A reservation of a type the pool does not buy could never be used."""
+    catalog = pool.provider.catalog()
+    for reservation in options.reservations:
+        if not catalog.offers(reservation.instance_type):
+            bought = ", ".join(dict.fromkeys(o.instance_type for o in catalog.offerings))
+            raise ConfigError(
+                f"--reservation of {reservation.instance_type}: pool {pool.name!r} does not "
+                f"buy that type (it buys {bought})"
+            )
+
+
 @dataclass(frozen=True)
 class Replay:
     """Everything one replay found: a column per policy and one for the limit."""
@@ -103,6 +115,7 @@ def replay(
     options = options or RunOptions()
     billed = prices(pool, options.price)
     check_interruptions(pool, options.interruption_rate)
+    check_reservations(pool, options)
     provider = pool.provider
     limit = limit_gpu_seconds(trace, pool_sizes(pool), provider.max_instances)
     runs = tuple(

@@ -72,6 +72,27 @@ WARM_POOL_ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
 )
 
 
+# Shown when capacity is reserved (--reservation).
+RESERVED_ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
+    ("reserved place-hours", lambda s: _hours(s.reserved_hours)),
+    ("  used", lambda s: _hours(s.reserved_used_hours)),
+    (
+        "  idle",
+        lambda s: _hours(
+            None
+            if s.reserved_hours is None or s.reserved_used_hours is None
+            else s.reserved_hours - s.reserved_used_hours
+        ),
+    ),
+    ("  their cost", lambda s: "-" if s.reserved_cost is None else f"${s.reserved_cost:,.0f}"),
+    ("bought beside a free place", lambda s: _count(s.on_demand_beside_free)),
+)
+
+
+def _hours(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
 def describe(replay: Replay) -> list[str]:
     """What was replayed, on what: the lines above the table."""
     trace, provider, options = replay.trace, replay.pool.provider, replay.options
@@ -107,6 +128,17 @@ def describe(replay: Replay) -> list[str]:
             f"(seed {boot.seed}), warned 2m ahead; their tasks resume from a checkpoint"
         )
     lines += [
+        f"reserved: {r.count} x {r.instance_type} "
+        + (
+            "over the whole trace"
+            if r.start is None and r.end is None
+            else f"from {format_duration(timedelta(seconds=r.start or 0))}"
+            + (f" to {format_duration(timedelta(seconds=r.end))}" if r.end is not None else "")
+        )
+        + ", billed whole at the on-demand price; determined buys beside it (pays twice)"
+        for r in options.reservations
+    ]
+    lines += [
         f"no capacity for {o.instance_type}{f'@{o.zone}' if o.zone else ''} from "
         f"{format_duration(timedelta(seconds=o.start))} to "
         f"{format_duration(timedelta(seconds=o.end))}"
@@ -140,6 +172,7 @@ def table(replay: Replay) -> str:
     columns = replay.columns
     rows = ROWS + (INTERRUPTION_ROWS if replay.options.interruption_rate else ())
     rows += WARM_POOL_ROWS if replay.pool.provider.warm_pool.enabled else ()
+    rows += RESERVED_ROWS if replay.options.reservations else ()
     width = max(len(label) for label, _ in rows) + 2
     lines = [*describe(replay), ""]
     lines.append(" " * width + "".join(f"{c.name:>14}" for c in columns))
@@ -227,6 +260,7 @@ def document(replay: Replay) -> dict[str, Any]:
         "price_per_instance_hour": replay.prices.by_type,
         "baseline": {"instance_type": replay.prices.baseline_type, "price": replay.prices.baseline},
         "unavailable": [dataclasses.asdict(outage) for outage in options.outages],
+        "reservations": [dataclasses.asdict(r) for r in options.reservations],
         "as_it_ran": {
             "period_s": trace.period_s,
             "agents_up_gpu_hours": dict(trace.agents_up_gpu_hours),

@@ -30,6 +30,7 @@ from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.master import SimMaster
 from dynagent.simulate.ours import HEARTBEAT, DynagentPolicy
 from dynagent.simulate.policy import Policy
+from dynagent.simulate.reservations import SimReservation
 from dynagent.simulate.series import Series
 from dynagent.simulate.trace import Trace
 from dynagent.simulate.usage import Usage
@@ -59,6 +60,8 @@ class RunOptions:
     interruption_rate: float = 0.0
     # How the master fits a task on its agents (its scheduler's fitting_policy).
     fitting_policy: FittingPolicy = DEFAULT_FITTING_POLICY
+    # Capacity reserved ahead (from the trace's start), billed whether used or not.
+    reservations: tuple[SimReservation, ...] = ()
 
 
 @dataclass
@@ -100,6 +103,13 @@ class PolicyRun:
     start_refusals: int | None = None
     most_stopped: int | None = None
     disk_dollars: float | None = None
+    # The reservations (None: none): place-hours held and used, what their windows
+    # billed (part of ``billed_dollars``), and on-demand machines launched of a type
+    # while a place of it was free.
+    reserved_hours: float | None = None
+    reserved_used_hours: float | None = None
+    reserved_dollars: float | None = None
+    on_demand_beside_free: int | None = None
 
 
 def make_policy(
@@ -131,6 +141,14 @@ class Simulation:
         # Determined's provisioner knows one instance type: the pool's instance_type.
         baseline = policy == "determined"
         default = baseline_offering(pool) if baseline else pool.provider.catalog().offerings[0]
+        # Reservations are billed at, and placed in, what the admin's pool buys.
+        catalog = pool.provider.catalog()
+        on_demand = {
+            o.instance_type: catalog.price_of(o.instance_type, False) for o in catalog.offerings
+        }
+        zones: dict[str, str] = {}
+        for offering in catalog.offerings:
+            zones.setdefault(offering.instance_type, offering.zone)
         self.pool = pool = baseline_pool(pool) if baseline else pool
         self.now = trace.start
         self.events = Events()
@@ -144,6 +162,9 @@ class Simulation:
             price=options.price,
             interruptions=Interruptions(options.interruption_rate, options.boot.seed),
             disk_per_hour=provider.stopped_disk_per_hour,
+            reservations=tuple(r.within(trace.start, trace.end) for r in options.reservations),
+            on_demand=on_demand,
+            zones=zones,
         )
         self.master = SimMaster(
             pool.name,
@@ -272,7 +293,20 @@ class Simulation:
             series=self.series,
             usage=self.usage,
             **self._warm_pool(bill.disk_dollars),
+            **self._reserved(bill.reserved_dollars),
         )
+
+    def _reserved(self, dollars: float) -> dict[str, Any]:
+        cloud = self.cloud
+        if not cloud.reservations:
+            return {}
+        held, used = cloud.reserved_place_seconds(self.now)
+        return {
+            "reserved_hours": held / 3600,
+            "reserved_used_hours": used / 3600,
+            "reserved_dollars": dollars,
+            "on_demand_beside_free": cloud.on_demand_beside_free,
+        }
 
     def _warm_pool(self, disk_dollars: float) -> dict[str, Any]:
         """The warm pool's figures, for the policy that keeps one (Determined has none)."""
