@@ -48,8 +48,10 @@ SERVICES=(
 # what instances.insert checks for the fields instance_body.py sets. Three more are
 # added only when a pool needs them: compute.instances.setServiceAccount (a pool's
 # service_account.email; with iam.serviceAccounts.actAs, granted on that account
-# alone), compute.instances.setTags (network_tags) and compute.subnetworks.useExternalIp
-# (network_interface.external_ip). Fields a pool adds through base_config may need more.
+# alone), compute.instances.setTags (network_tags), compute.subnetworks.useExternalIp
+# (network_interface.external_ip) and compute.reservations.get (reservations; a
+# reservation shared from another project needs it granted there too). Fields a pool
+# adds through base_config may need more.
 BASE_PERMISSIONS=(
   compute.instances.list          # observe: the pool's VMs, by label filter
   compute.instances.get           # read one VM before relabelling it
@@ -167,7 +169,7 @@ is_project_id() {
 # --- the pools ------------------------------------------------------------------------
 
 POOL_NAMES=() POOL_PROJECTS=() POOL_ZONES=() POOL_PREFIXES=() POOL_LABELS=()
-PROJECTS_OF_POOLS=() AGENT_ACCOUNTS=() NEEDS_EXTERNAL_IP=0 NEEDS_TAGS=0
+PROJECTS_OF_POOLS=() AGENT_ACCOUNTS=() NEEDS_EXTERNAL_IP=0 NEEDS_TAGS=0 NEEDS_RESERVATIONS=0
 # Pools of another cloud in the same config: left out, for their own deployment.
 LEFT_POOLS=()
 
@@ -190,9 +192,9 @@ pool_facts() {
 }
 
 read_pools() {
-  local facts kind name project zone prefix key value account external tags
+  local facts kind name project zone prefix key value account external tags reserved
   facts=$(pool_facts "$CONFIG") || die "the pool config $CONFIG cannot be deployed (see above)"
-  while IFS=$'\t' read -r kind name project zone prefix key value account external tags; do
+  while IFS=$'\t' read -r kind name project zone prefix key value account external tags reserved; do
     if [[ $kind == left ]]; then
       LEFT_POOLS+=("$name") # its next field is its cloud: aws, the only other
       continue
@@ -207,6 +209,7 @@ read_pools() {
     [[ $account == - ]] || add_unique AGENT_ACCOUNTS "$account"
     [[ $external == no ]] || NEEDS_EXTERNAL_IP=1
     [[ $tags == no ]] || NEEDS_TAGS=1
+    [[ ${reserved:-no} == no ]] || NEEDS_RESERVATIONS=1
   done <<<"$facts"
   ((${#POOL_NAMES[@]})) || die "no GCP pool in $CONFIG"
   check_zones
@@ -369,6 +372,7 @@ role_permissions() {
   ((${#AGENT_ACCOUNTS[@]})) && permissions+=(compute.instances.setServiceAccount)
   ((NEEDS_TAGS)) && permissions+=(compute.instances.setTags)
   ((NEEDS_EXTERNAL_IP)) && permissions+=(compute.subnetworks.useExternalIp)
+  ((NEEDS_RESERVATIONS)) && permissions+=(compute.reservations.get)
   local IFS=,
   echo "${permissions[*]}"
 }

@@ -8,11 +8,13 @@ tab-separated line per GCP pool, and one per pool of another cloud it leaves out
 the shell to read without evaluating anything:
 
     pool  NAME  PROJECT  ZONE  NAME_PREFIX  LABEL_KEY  LABEL_VALUE  SA_EMAIL  EXTERNAL_IP  TAGS
+          RESERVATIONS
     left  NAME  CLOUD
 
 SA_EMAIL is the agents' service account, or ``-`` when the pool sets none (the VMs then
-get no service account). EXTERNAL_IP and TAGS are ``yes``/``no``: whether launches give
-the VM an external address and network tags, which take IAM permissions of their own.
+get no service account). EXTERNAL_IP, TAGS and RESERVATIONS are ``yes``/``no``: whether
+launches give the VM an external address and network tags, and whether the functions
+read reservations the pool names, which take IAM permissions of their own.
 
 With ``--packed`` it prints the config to stage as the functions' dynagent.yaml instead:
 CONFIG itself, or its GCP pools alone when it also has AWS pools (those belong to the AWS
@@ -44,12 +46,13 @@ class PoolFacts:
     service_account: str
     external_ip: bool
     network_tags: bool
+    reservations: bool
 
     def line(self) -> str:
         fields = [
             "pool", self.name, self.project, self.zone, self.name_prefix, self.label_key,
             self.label_value, self.service_account or "-",
-            _yes(self.external_ip), _yes(self.network_tags),
+            _yes(self.external_ip), _yes(self.network_tags), _yes(self.reservations),
         ]  # fmt: skip
         return "\t".join(fields)
 
@@ -75,6 +78,7 @@ def gcp_pools(packed: PackedConfig) -> list[PoolFacts]:
                 service_account=provider.service_account.email,
                 external_ip=provider.network_interface.external_ip,
                 network_tags=bool(provider.network_tags),
+                reservations=bool(provider.reservations),
             )
         )
     return facts

@@ -130,7 +130,9 @@ def test_a_capacity_block_before_its_start_in_its_market_and_at_its_end(
     with pytest.raises(ClientError, match="InvalidParameterCombination"):
         run(aws, ec2, 1, **target(ending))
     (launched,) = run(aws, ec2, 1, **target(ending), **market)
-    assert instance(ec2, launched["InstanceId"])["State"]["Name"] in ("pending", "running")
+    shown = instance(ec2, launched["InstanceId"])
+    assert shown["State"]["Name"] in ("pending", "running")
+    assert shown["InstanceLifecycle"] == "capacity-block"  # not spot, as moto would say
     # One ending in 20 minutes: EC2 is taking its instances back already.
     soon = aws.create_capacity_block(
         TYPE, zone(aws), 1, now - timedelta(hours=1), now + timedelta(minutes=20)

@@ -529,6 +529,13 @@ def test_permissions_and_grants_follow_the_pools(tmp_path: Path) -> None:
     role = compute_role(result)
     assert "compute.subnetworks.useExternalIp" in flags(role)["permissions"].split(",")
 
+    reserving = write_config(
+        tmp_path / "reserving.yaml", gcp_pool("a3", reservations=["a3-reserved"])
+    )
+    result = dry_run(tmp_path, config=reserving)
+    permissions = set(flags(compute_role(result))["permissions"].split(","))
+    assert permissions == BASE_PERMISSIONS | {"compute.reservations.get"}
+
 
 def test_a_pool_in_another_project_gets_the_role_and_condition_there(tmp_path: Path) -> None:
     config = write_config(

@@ -169,7 +169,14 @@ def run_instances(self: Any) -> Any:
             if targeted:
                 # A reservation's places are its own: no draw on the scarce capacity.
                 self.params["MinCount"] = reserved
+                # moto takes any market for spot: a block's instances are its own kind.
+                block = self._get_param("InstanceMarketOptions.MarketType") == "capacity-block"
+                if block:
+                    self.params.pop("InstanceMarketOptions", None)
                 result = _moto_run_instances(self)
+                if block:
+                    for instance in cast(Any, result.result).instances:
+                        instance.lifecycle = "capacity-block"
             else:
                 available = scarcity.available(site)
                 if available is not None and available < min_count:
