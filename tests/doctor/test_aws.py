@@ -547,3 +547,27 @@ def test_a_warm_pool_on_an_instance_store_ami_fails(account: Account) -> None:
     assert image.status is Status.FAIL
     assert "instance-store root device, which EC2 cannot stop" in image.why
     assert "EBS-backed AMI" in image.fix
+
+
+def test_each_reservation_a_pool_names_is_found_and_matched_or_its_fix_given(
+    account: Account,
+) -> None:
+    aws = account.aws
+    # The big pool launches p4d.24xlarge in us-west-2b only.
+    fits = aws.create_capacity_reservation("p4d.24xlarge", "us-west-2b", 4)
+    elsewhere = aws.create_capacity_reservation("p4d.24xlarge", "us-west-2c", 2)
+    other_type = aws.create_capacity_reservation("g5.xlarge", "us-west-2b", 2, tags={"t": "g5"})
+    big = account.pool("big")
+    big["provider"]["reservations"] = [fits, elsewhere, "cr-0000000000000000f", "tag:t=g5"]
+
+    findings = [f for f in run(account, account.config(big)) if f.check == "aws.reservation"]
+
+    by_id = {f.what.split("reservation ")[1].split(" ")[0]: f for f in findings}
+    assert by_id[fits].status is Status.OK
+    assert "targeted: used only by launches that name it" in by_id[fits].why
+    assert by_id[elsewhere].status is Status.FAIL
+    assert by_id[elsewhere].why == "the pool has no subnet in us-west-2c, where the reservation is"
+    assert by_id["cr-0000000000000000f"].status is Status.FAIL
+    assert "no such capacity reservation" in by_id["cr-0000000000000000f"].why
+    assert by_id[other_type].status is Status.FAIL
+    assert "g5.xlarge, which the pool does not launch" in by_id[other_type].why

@@ -230,3 +230,30 @@ def test_without_google_credentials_one_line_says_so(
         "auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service "
         "account key file"
     ]
+
+
+def test_each_reservation_a_pool_names_is_found_and_matched_or_its_fix_given(
+    project: Project,
+) -> None:
+    t4 = project.pool("t4")
+    t4["provider"]["reservations"] = ["t4-reserved", "t4-gone", "a2-reserved"]
+    t4_gpus = [("nvidia-tesla-t4", 4)]
+    compute = project.compute
+    compute.create_reservation(
+        "t4-reserved", "us-central1-a", "n1-standard-8", 2, accelerators=t4_gpus, project=PROJECT
+    )
+    compute.create_reservation("a2-reserved", "us-central1-a", "a2-highgpu-1g", 1, project=PROJECT)
+
+    findings = [f for f in run(project, project.config(t4)) if f.check == "gcp.reservation"]
+
+    by_name = {f.what.split("reservation ")[1].split(" ")[0]: f for f in findings}
+    assert by_name["t4-reserved"].status is Status.OK
+    assert "2 x n1-standard-8 in us-central1-a, 2 free" in by_name["t4-reserved"].what
+    assert by_name["t4-gone"].status is Status.FAIL
+    assert "not found in the pool's zones (us-central1-a)" in by_name["t4-gone"].why
+    assert by_name["a2-reserved"].status is Status.FAIL
+    assert "a2-highgpu-1g, which the pool does not launch" in by_name["a2-reserved"].why
+    # The functions must read reservations: doctor asks for that permission too.
+    permissions = [f for f in run(project, project.config(t4)) if f.check == "gcp.permissions"]
+    assert permissions and permissions[0].status is Status.FAIL
+    assert "compute.reservations.get" in permissions[0].why

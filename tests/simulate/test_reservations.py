@@ -58,6 +58,10 @@ def test_a_reservation_starting_later_is_used_from_its_start() -> None:
     assert ours.on_demand_beside_free == 0
     assert ours.reserved_used_hours == pytest.approx((5000 - 1200) / 3600)
     assert ours.reserved_hours == pytest.approx((5000 - 900) / 3600)
+    # The reserved machine, idle long before, goes at the reservation's end (within a
+    # heartbeat): billed 0 .. 1080 and 1200 .. 5000, and hardly more.
+    billed = ours.billed_instance_seconds - 1080 - (5000 - 1200)
+    assert 0 <= billed <= 30
 
 
 def test_cluster05_on_a_p4d_pool_with_ten_reserved_beside_the_same_pool_without() -> None:

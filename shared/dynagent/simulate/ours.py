@@ -243,6 +243,10 @@ class DynagentPolicy:
         # A refused offering back in the catalog may be the cheaper shape for pending
         # tasks or the smallest one warm headroom is kept on.
         deadlines += self.cloud.remembered_until()
+        # A reservation starting takes new work; one ending lets its idle agents go
+        # (``decide.idle`` keeps them only while it is active).
+        for reservation in self.cloud.reservations.values():
+            deadlines += [t for t in (reservation.start, reservation.end) if t is not None]
         if self.drainer is not None:
             # The bridge drains an agent idle for the period by its own clock, and retires
             # a drained one idle for RETIRE_AFTER.

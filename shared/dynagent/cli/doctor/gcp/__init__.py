@@ -12,7 +12,7 @@ from requests.exceptions import ConnectionError
 from dynagent.cli.doctor.findings import Finding, unknown
 from dynagent.core.config import Pool
 
-from . import access, machines, network, quotas, shape
+from . import access, machines, network, quotas, reservations, shape
 from .apis import GcpApis, message
 
 __all__ = ["GcpApis", "check"]
@@ -49,6 +49,11 @@ def _pool(pool: Pool, apis: GcpApis) -> list[Finding]:
         ),
         *guarded("gcp.quota", f"{label}: GPU quotas", lambda: quotas.gpu_quotas(pool, apis)),
         *guarded("gcp.network", f"{label}: network", lambda: [network.network(pool, apis)]),
+        *guarded(
+            "gcp.reservation",
+            f"{label}: reservations",
+            lambda: reservations.reservations(pool, apis),
+        ),
     ]
 
 

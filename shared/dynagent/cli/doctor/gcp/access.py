@@ -55,6 +55,8 @@ def needed(pools: Sequence[Pool]) -> tuple[str, ...]:
         extra.append("compute.instances.setTags")
     if any(p.network_interface.external_ip for p in providers):
         extra.append("compute.subnetworks.useExternalIp")
+    if any(p.reservations for p in providers):
+        extra.append("compute.reservations.get")
     return (*PERMISSIONS, *extra)
 
 
