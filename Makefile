@@ -40,7 +40,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(VENV)/site
 
 unit: $(STAMP) $(DET_STAMP) machine-tools
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 	$(DET_VENV)/bin/pytest -q -p no:cacheprovider tests/determined
 
 # The agent machine tests (tests/machines) boot user data on a real Docker Engine: as root
