@@ -12,22 +12,21 @@ from dynagent.core.fleet import Mark
 from dynagent.core.plan import MarkWrite
 from dynagent.gcp.compute import GceProvider
 from dynagent.gcp.reservations import ReservationCache
-from dynagent.run.fallback import CapacityMemory
-from dynagent.run.reconcile import reconcile
 from dynagent.testing.gcp.compute import LocalCompute
 
-from .helpers import ZONE, config, gcp_pool_document, now, snapshot
+from .helpers import ZONE, now
+from .test_warm_pool import Passes as WarmPasses
 
 T4 = [("nvidia-tesla-t4", 4)]
 
 
-class Passes:
-    """Reconcile passes of pool t4 with one warm function's memories."""
+class Passes(WarmPasses):
+    """Reconcile passes of pool t4 (``test_warm_pool``'s), reading reservations too, with
+    one warm function's cache of them."""
 
     def __init__(self, compute: LocalCompute, **provider: Any) -> None:
-        self.compute, self.config = compute, config(gcp_pool_document(**provider))
-        self.pool, self.seq = self.config.pool("t4"), 0
-        self.memory, self.cache = CapacityMemory(), ReservationCache()
+        super().__init__(compute, **provider)
+        self.cache = ReservationCache()
 
     def provider(self) -> GceProvider:
         return GceProvider(
@@ -40,10 +39,6 @@ class Passes:
             reservations=self.compute.reservations_client(),
             reservation_cache=self.cache,
         )
-
-    def __call__(self, **fields: Any) -> Any:
-        self.seq += 1
-        return reconcile(self.pool, self.provider(), snapshot(self.seq, pool="t4", **fields), now())
 
 
 def affinities(compute: LocalCompute) -> list[str]:

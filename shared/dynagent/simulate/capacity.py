@@ -41,10 +41,19 @@ class Outage:
 def parse_outage(text: str) -> Outage:
     """``TYPE[@ZONE]=START-END``, START and END durations like ``2h`` or ``90m``."""
     what, sep, when = text.partition("=")
-    start_text, dash, end_text = when.partition("-")
     instance_type, _, zone = what.strip().partition("@")
     hint = f"--unavailable {text!r}: write it like p3.2xlarge=2h-5h or p3.2xlarge@subnet-1=0s-1h"
-    if not sep or not dash or not instance_type:
+    if not sep or not instance_type:
+        raise ValueError(hint)
+    start, end = parse_window(when, hint, f"--unavailable {text!r}")
+    return Outage(instance_type, start, end, zone.strip() or None)
+
+
+def parse_window(text: str, hint: str, option: str) -> tuple[int, int]:
+    """``START-END`` in seconds from the trace's start, START and END durations like
+    ``2h``; ValueError with ``hint`` (how to write it) or naming ``option``."""
+    start_text, dash, end_text = text.partition("-")
+    if not dash:
         raise ValueError(hint)
     try:
         start = round(parse_duration(start_text.strip()).total_seconds())
@@ -52,8 +61,8 @@ def parse_outage(text: str) -> Outage:
     except ValueError as error:
         raise ValueError(f"{hint} ({error})") from None
     if end <= start:
-        raise ValueError(f"--unavailable {text!r}: the window ends before it starts")
-    return Outage(instance_type, start, end, zone.strip() or None)
+        raise ValueError(f"{option}: the window ends before it starts")
+    return start, end
 
 
 def covered(outages: Sequence[Outage], offering: Offering, second: int) -> bool:

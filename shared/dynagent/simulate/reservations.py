@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dynagent.core.durations import parse_duration
+from dynagent.simulate.capacity import parse_window
 
 
 @dataclass(frozen=True)
@@ -68,14 +68,5 @@ def parse_reservation(text: str) -> SimReservation:
         raise ValueError(f"{hint}: it must reserve at least one machine")
     if not at:
         return SimReservation(what.strip(), count)
-    start_text, dash, end_text = window.partition("-")
-    if not dash:
-        raise ValueError(hint)
-    try:
-        start = round(parse_duration(start_text.strip()).total_seconds())
-        end = round(parse_duration(end_text.strip()).total_seconds())
-    except ValueError as error:
-        raise ValueError(f"{hint} ({error})") from None
-    if end <= start:
-        raise ValueError(f"--reservation {text!r}: the window ends before it starts")
+    start, end = parse_window(window, hint, f"--reservation {text!r}")
     return SimReservation(what.strip(), count, start, end)

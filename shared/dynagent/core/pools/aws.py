@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from dynagent.core.gpus import DETERMINED_EC2_SLOTS, aws_gpu_model, aws_gpus
 from dynagent.core.offerings import Catalog, Offering, Purchase
-from dynagent.core.pools.common import ProvisionerFields, StrictModel, check_prices
+from dynagent.core.pools.common import ProvisionerFields, StrictModel, check_distinct, check_prices
 from dynagent.core.prices import AWS_ON_DEMAND, EBS_GP3_PER_GB_MONTH, disk_price_per_hour
 
 # Determined's rule (aws_config.go ``validateMaxSpotPrice``): digits and at most one point.
@@ -72,9 +72,7 @@ class AwsOfferings(StrictModel):
     @field_validator("instance_types", "subnet_ids", "purchase")
     @classmethod
     def _distinct(cls, values: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if values is not None and len(set(values)) != len(values):
-            raise ValueError(f"lists {sorted(v for v in set(values) if values.count(v) > 1)} twice")
-        return values
+        return None if values is None else check_distinct(values)
 
 
 class AwsProvider(ProvisionerFields):
@@ -148,11 +146,7 @@ class AwsProvider(ProvisionerFields):
                     f"{entry!r} is not a capacity reservation: give its id "
                     "(cr-0123456789abcdef0) or tags its reservations carry (tag:KEY=VALUE)"
                 )
-        if len(set(entries)) != len(entries):
-            raise ValueError(
-                f"lists {sorted(e for e in set(entries) if entries.count(e) > 1)} twice"
-            )
-        return entries
+        return check_distinct(entries)
 
     @model_validator(mode="after")
     def _aws_checks(self) -> AwsProvider:

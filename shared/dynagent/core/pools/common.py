@@ -220,6 +220,13 @@ class ProvisionerFields(StrictModel):
         return found
 
 
+def check_distinct(values: tuple[str, ...]) -> tuple[str, ...]:
+    """A list that names nothing twice."""
+    if len(set(values)) != len(values):
+        raise ValueError(f"lists {sorted(v for v in set(values) if values.count(v) > 1)} twice")
+    return values
+
+
 def check_prices(
     types: tuple[str, ...], prices: dict[str, float], table: dict[str, float], where: str
 ) -> None:

@@ -16,7 +16,13 @@ from dynagent.core.gpus import (
     gce_machine_type_problem,
 )
 from dynagent.core.offerings import Catalog, Offering, Purchase
-from dynagent.core.pools.common import Duration, ProvisionerFields, StrictModel, check_prices
+from dynagent.core.pools.common import (
+    Duration,
+    ProvisionerFields,
+    StrictModel,
+    check_distinct,
+    check_prices,
+)
 from dynagent.core.prices import (
     GCE_DISK_PER_GB_MONTH,
     GCE_GPU_PRICES,
@@ -167,11 +173,7 @@ class GcpProvider(ProvisionerFields):
                     f"{entry!r} is not a reservation: give its name (h100-reserved) or, shared "
                     "from another project, projects/PROJECT/reservations/NAME"
                 )
-        if len(set(entries)) != len(entries):
-            raise ValueError(
-                f"lists {sorted(e for e in set(entries) if entries.count(e) > 1)} twice"
-            )
-        return entries
+        return check_distinct(entries)
 
     @model_validator(mode="before")
     @classmethod
