@@ -5,19 +5,22 @@ reservation is left alone."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dynagent.core.fleet import Mark
 from dynagent.core.plan import MarkWrite
 from dynagent.gcp.compute import GceProvider
+from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.reservations import ReservationCache
 from dynagent.testing.gcp.compute import LocalCompute
+from dynagent.testing.gcp.pubsub_events import message_event
 
-from .helpers import ZONE, now
+from .helpers import ZONE, config, gcp_pool_document, now, snapshot
 from .test_warm_pool import Passes as WarmPasses
 
 T4 = [("nvidia-tesla-t4", 4)]
+TOPIC, SUBSCRIPTION = "projects/p/topics/snapshots", "projects/p/subscriptions/s"
 
 
 class Passes(WarmPasses):
@@ -127,3 +130,47 @@ def test_a_vm_outside_reservations_leaves_another_pool_s_open_one_alone(
 
     assert affinities(compute) == ["NO_RESERVATION:"]
     assert compute.reservation("open-t4")["specificReservation"]["inUseCount"] in ("0", 0)
+
+
+class Lines:
+    """A logger that keeps its warnings."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warning(self, message: str, *args: Any, **kwargs: Any) -> None:
+        self.warnings.append(message)
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def test_the_functions_say_the_bridge_is_not_told_of_a_reservation_ending_on_gcp(
+    compute: LocalCompute,
+) -> None:
+    # Deleted in 45 minutes: its VMs count as going from 40 minutes before, and the
+    # bridge would be told from 10 minutes before that, were there a way on GCP.
+    ends = datetime.now(UTC) + timedelta(minutes=45)
+    compute.create_reservation("t4-reserved", ZONE, "n1-standard-32", 2, accelerators=T4, end=ends)
+    lines = Lines()
+    functions = GcpFunctions(
+        config(gcp_pool_document(reservations=["t4-reserved"])),
+        instances=compute.instances_client,
+        operations=compute.zone_operations_client,
+        reservations=compute.reservations_client,
+        sleep=lambda _: None,
+        logger=lines,
+    )
+    first = snapshot(1, pool="t4", pending=[("x", 4)]).to_json().encode()
+    functions.reconcile_event(
+        message_event(first, "projects/p/topics/s", "projects/p/subscriptions/s")
+    )
+    (vm,) = [v for v in compute.instances() if v["status"] != "TERMINATED"]
+    assert vm["reservationAffinity"]["values"] == ["t4-reserved"]
+
+    second = snapshot(2, pool="t4", agents=[(vm["name"], 4, 4)]).to_json().encode()
+    functions.reconcile_event(
+        message_event(second, "projects/p/topics/s", "projects/p/subscriptions/s")
+    )
+
+    assert any("drain notices are not sent on GCP yet" in line for line in lines.warnings)

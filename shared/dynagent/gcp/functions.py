@@ -26,7 +26,7 @@ from dynagent.run.fallback import CapacityMemory
 from dynagent.run.launch_errors import LaunchErrorMemory
 from dynagent.run.reconcile import Outcome, Timer, apply_snapshot, log_outcome, sweep
 
-from .clients import instances_client, zone_operations_client
+from .clients import instances_client, reservations_client, zone_operations_client
 from .logs import MetricLog, StructuredLogger
 
 if TYPE_CHECKING:
@@ -70,6 +70,8 @@ class GcpFunctions:
     config: Config
     instances: Callable[[], Any] = instances_client
     operations: Callable[[], Any] = zone_operations_client
+    # Read only for pools that name reservations.
+    reservations: Callable[[], Any] = reservations_client
     publisher: Any = None  # a Pub/Sub PublisherClient, for dead letters
     dead_letter_topic: str | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
@@ -131,6 +133,7 @@ class GcpFunctions:
             clock=self.clock,
             sleep=self.sleep,
             memory=self.capacity.setdefault(pool.name, CapacityMemory()),
+            reservations=self.reservations() if pool.provider.reservations else None,
             reservation_cache=self.reservation_caches.setdefault(pool.name, ReservationCache()),
         )
 
@@ -155,6 +158,13 @@ class GcpFunctions:
             return None
         log_outcome(self.logger, outcome)
         self._measure(outcome, now)
+        if outcome.plan is not None and outcome.plan.drain_notices:
+            # The bridge has no way to hear them on GCP yet (docs/known-limits.md).
+            self.logger.warning(
+                f"drain notices are not sent on GCP yet: the master may still place work on "
+                f"{len(outcome.plan.drain_notices)} agents of a reservation that ends soon",
+                extra={"pool": outcome.pool},
+            )
         if self._summaries is not None and outcome.plan is not None and snapshot is not None:
             refused = outcome.launch.error if outcome.launch is not None else None
             self._summaries.record(snapshot, refused, now, outcome.launches_paused_until)
