@@ -37,19 +37,22 @@ def free_places(ec2: Any, reservation_id: str) -> int:
     return int(found["AvailableInstanceCount"])
 
 
-def two_subnet_pool(ec2: Any, **provider: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def two_subnet_pool(aws: LocalAws, ec2: Any, sqs: Any, in_subnet: int) -> tuple[str, Pass]:
+    """A pool of p4d.24xlarge in two subnets beside an ODCR of 4 in one subnet's zone:
+    the reservation, and passes of its snapshots."""
     subnets = two_subnets(ec2)
     offerings = {"instance_types": ["p4d.24xlarge"], "subnet_ids": [s["SubnetId"] for s in subnets]}
-    return subnets, {"offerings": offerings, "max_instances": 8, **provider}
+    zone = subnets[in_subnet]["AvailabilityZone"]
+    reservation = aws.create_capacity_reservation("p4d.24xlarge", zone, 4)
+    fields = {"offerings": offerings, "max_instances": 8, "reservations": [reservation]}
+    return reservation, Pass(sqs, functions_for(ec2, **fields))
 
 
 def test_work_for_six_machines_fills_a_targeted_odcr_of_four_and_buys_two(
     aws: LocalAws, ec2: Any, sqs: Any
 ) -> None:
-    subnets, fields = two_subnet_pool(ec2)
     # In the second subnet's zone, so the pool must pick that subnet to use it.
-    reservation = aws.create_capacity_reservation("p4d.24xlarge", subnets[1]["AvailabilityZone"], 4)
-    send = Pass(sqs, functions_for(ec2, reservations=[reservation], **fields))
+    reservation, send = two_subnet_pool(aws, ec2, sqs, in_subnet=1)
 
     send(pending=SIX)
 
@@ -84,9 +87,7 @@ def test_a_pool_of_one_type_uses_its_reservation_and_buys_beside_it(
 def test_when_demand_falls_the_bought_machines_go_and_the_reserved_stay(
     aws: LocalAws, ec2: Any, sqs: Any
 ) -> None:
-    subnets, fields = two_subnet_pool(ec2)
-    reservation = aws.create_capacity_reservation("p4d.24xlarge", subnets[0]["AvailabilityZone"], 4)
-    send = Pass(sqs, functions_for(ec2, reservations=[reservation], **fields))
+    reservation, send = two_subnet_pool(aws, ec2, sqs, in_subnet=0)
     send(pending=SIX)
     agents = [(m["InstanceId"], 8, 0) for m in managed_instances(ec2)]
     send(agents=agents)

@@ -10,7 +10,6 @@ from typing import Any
 
 from dynagent.core.fleet import Mark
 from dynagent.core.plan import MarkWrite
-from dynagent.gcp.compute import GceProvider
 from dynagent.gcp.functions import GcpFunctions
 from dynagent.gcp.reservations import ReservationCache
 from dynagent.testing.gcp.compute import LocalCompute
@@ -31,17 +30,11 @@ class Passes(WarmPasses):
         super().__init__(compute, **provider)
         self.cache = ReservationCache()
 
-    def provider(self) -> GceProvider:
-        return GceProvider(
-            self.pool,
-            self.compute.instances_client(),
-            self.compute.zone_operations_client(),
-            self.config.settings,
-            sleep=lambda _: None,
-            memory=self.memory,
-            reservations=self.compute.reservations_client(),
-            reservation_cache=self.cache,
-        )
+    def provider_options(self) -> dict[str, Any]:
+        return {
+            "reservations": self.compute.reservations_client(),
+            "reservation_cache": self.cache,
+        }
 
 
 def affinities(compute: LocalCompute) -> list[str]:

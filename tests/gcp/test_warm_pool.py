@@ -38,7 +38,12 @@ class Passes:
             self.config.settings,
             sleep=lambda _: None,
             memory=self.memory,
+            **self.provider_options(),
         )
+
+    def provider_options(self) -> dict[str, Any]:
+        """More of the provider's arguments, for passes that need them."""
+        return {}
 
     def __call__(self, **fields: Any) -> Any:
         self.seq += 1

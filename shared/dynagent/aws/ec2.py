@@ -29,7 +29,6 @@ from dynagent.core.offerings import Offering, Purchase
 from dynagent.core.plan import (
     Adoption,
     Cancellation,
-    Launch,
     MarkWrite,
     Plan,
     Start,
@@ -273,7 +272,7 @@ class Ec2Provider:
                 f"{USER_DATA_LIMIT} of user data: shorten startup_script, "
                 "container_startup_script or agent_config_file_contents"
             )
-        if self.config.offerings is not None or any(_reserved(la) for la in plan.launches):
+        if self.config.offerings is not None or any(la.reserved for la in plan.launches):
             return self._launch_fleet(plan, user_data)
         try:
             if self.config.spot:
@@ -670,11 +669,6 @@ class Ec2Provider:
 
 _LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 _ALL_STATES = [*_LIVE_STATES, "shutting-down", "terminated"]
-
-
-def _reserved(launch: Launch) -> bool:
-    offering = launch.offering
-    return offering is not None and bool(offering.reservation)
 
 
 def _hostnames(private_dns_name: str) -> tuple[str, ...]:

@@ -42,6 +42,11 @@ class Launch:
     def offering(self) -> Offering | None:
         return self.offerings[0] if self.offerings else None
 
+    @property
+    def reserved(self) -> bool:
+        """Into a reservation the pool names: its first offering is a place there."""
+        return bool(self.offerings and self.offerings[0].reservation)
+
     def describe(self) -> str:
         what = f"1 {self.offering.describe()}" if self.offering else "1 instance"
         return f"launch {what}: {self.reason}"

@@ -226,9 +226,7 @@ class GceProvider:
             master = master_address(self.config.master_url).resolved(dict(plan.master_addresses))
         except MasterUrlError as error:
             return LaunchResult(error=f"master_url: {error}")
-        if self.config.offerings is not None or any(
-            la.offering is not None and la.offering.reservation for la in plan.launches
-        ):
+        if self.config.offerings is not None or any(la.reserved for la in plan.launches):
             return self._launch_offerings(plan, master)
         names = instance_names(self.config, plan.launch_key, len(plan.launches))
         operations, existing, errors = self._insert(

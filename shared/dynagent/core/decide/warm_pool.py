@@ -146,10 +146,10 @@ def start_instead(ctx: Context, launches: list[Launch]) -> tuple[list[Launch], l
     would and counts the same against the caps, and the tasks wait a start, not a boot.
     The launch is the start's cold cover, if the cloud refuses the start; a machine whose
     offering the cloud refused lately is not started."""
-    reserved = [launch for launch in launches if is_reserved(launch)]
+    reserved = [launch for launch in launches if launch.reserved]
     if reserved:
         # A place in a reservation is paid for already: it stays a launch.
-        cold, started = start_instead(ctx, [la for la in launches if not is_reserved(la)])
+        cold, started = start_instead(ctx, [la for la in launches if not la.reserved])
         return [*reserved, *cold], started
     if not launches:
         return launches, []
@@ -174,11 +174,6 @@ def start_instead(ctx: Context, launches: list[Launch]) -> tuple[list[Launch], l
         kept, split = _split_onto_smaller(ctx, kept, stopped)
         starts += split
     return kept, starts
-
-
-def is_reserved(launch: Launch) -> bool:
-    offering = launch.offering
-    return offering is not None and bool(offering.reservation)
 
 
 def _start(instance: Instance, launch: Launch, machine: str) -> Start:
