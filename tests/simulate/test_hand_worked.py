@@ -1,11 +1,11 @@
 """Small traces whose right answers are worked out by hand, for both policies.
 
 The pool: 8-GPU instances, at most 4, idle period 5m. The cloud: an instance shows
-running 60 s after launch, its agent registers after 180 s. dynagent reconciles each
-snapshot at once; an idle agent is reaped at idle + 5m, by the snapshot the bridge
-publishes when the idle period it published runs out. Determined ticks every 5 s: an
-agent is idle from the first tick that sees it so, and reaped at the first tick strictly
-after that + 5m.
+running 60 s after launch, its agent registers after 180 s. The bridge reads the master
+every 5 s and dynagent reconciles each snapshot at once; an idle agent is reaped at idle
++ 5m, by the snapshot the bridge publishes when the idle period it published runs out.
+Determined ticks every 5 s, on the same grid: an agent is idle from the first tick that
+sees it so, and reaped at the first tick strictly after that + 5m.
 """
 
 from __future__ import annotations
@@ -45,6 +45,19 @@ def test_an_idle_agent_goes_when_its_period_runs_out_not_at_the_next_heartbeat()
     assert (ours.billed_instance_seconds, theirs.billed_instance_seconds) == (1490, 1495)
     assert ours.usage.idle == 8 * 300  # never before its idle period
     assert ours.waits == theirs.waits == [180]
+
+
+def test_the_bridge_sees_a_change_at_its_next_read() -> None:
+    # The task arrives at 7: both see it at 10 (the bridge's read, Determined's tick) and
+    # launch; the agent registers at 190 and the task runs 190..793. The bridge reads the
+    # agent idle at 795 and publishes when 5m have run out, at 1095: reaped then.
+    # Determined: idle from its tick at 795, reaped at the first tick after 1095, 1100.
+    jobs = trace((7, 603, 8))
+    ours, theirs = run(jobs, "dynagent"), run(jobs, "determined")
+    assert ours.waits == theirs.waits == [183]
+    assert (ours.billed_instance_seconds, theirs.billed_instance_seconds) == (1085, 1090)
+    # The master's agent was idle from 793: 302 s, 2 s of them before the bridge saw it.
+    assert ours.usage.idle == 8 * 302
 
 
 def test_two_overlapping_jobs_share_one_instance() -> None:

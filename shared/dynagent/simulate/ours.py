@@ -1,8 +1,12 @@
 """dynagent under simulation: the very ``reconcile`` the Lambda runs, on the simulated cloud.
 
-The master publishes a snapshot on every change and every 30 s (the heartbeat, as the
-snapshot contract asks; configurable); each is reconciled at once. The sweep reconciles
-with no snapshot every 60 s.
+The bridge reads the master every 5 s (``bridge.loop.INTERVAL_SECONDS``) and publishes a
+snapshot when what it read changed, and every 30 s (the heartbeat, as the snapshot
+contract asks; configurable); each is reconciled at once. So a change is seen at the
+bridge's next read, up to 5 s after it: the reads fall on the same 5-s grid as
+Determined's provisioner ticks, so both policies look at the master at the same moments
+and differ only in what they decide. The sweep reconciles with no snapshot every 60 s.
+Simpler than the real path: the queue and the function add no delay of their own.
 
 A snapshot that says nothing new (a heartbeat, a sweep, or a change of the master in
 nothing a decision reads, like a busy agent getting busier) can only act when a timer of
@@ -22,12 +26,11 @@ pass that reaps it comes then, not at the next heartbeat; in a pool with
 ``drain_idle_agents`` it does not: there its drain is the change that publishes.
 
 With ``drain_idle_agents``, the bridge's drains are part of the policy: its ``Drainer``
-reads the master and disables or enables agents before each snapshot, on every change
-of the master and every heartbeat (the real bridge reads every few seconds: here it is
-never late), and retires a drained agent idle for ``RETIRE_AFTER``, which the snapshot
-then reports: only retired agents are terminated. Simpler than the bridge: a retirement
-comes at the heartbeat after ``RETIRE_AFTER`` ran out, up to 30 s later than the
-bridge's own few-second passes.
+reads the master and disables or enables agents before each snapshot, at each read that
+saw a change and every heartbeat, and retires a drained agent idle for ``RETIRE_AFTER``,
+which the snapshot then reports: only retired agents are terminated. Simpler than the
+bridge: a retirement comes at the heartbeat after ``RETIRE_AFTER`` ran out, up to 30 s
+later than the bridge's own 5-s reads.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import dataclasses
 
 from dynagent.bridge.drain import RETIRE_AFTER, Drainer
 from dynagent.bridge.idle import IdleClock
+from dynagent.bridge.loop import INTERVAL_SECONDS
 from dynagent.core.config import Pool, Settings
 from dynagent.core.fleet import Fleet, Mark
 from dynagent.core.interruptions import INTERRUPTION, Notice, plan_interruption
@@ -49,6 +53,7 @@ from dynagent.simulate.policy import Change
 
 HEARTBEAT = 30  # seconds between a master's snapshots when nothing changes (the contract)
 SWEEP_EVERY = 60  # the sweep's schedule
+BRIDGE_READS_EVERY = int(INTERVAL_SECONDS)  # seconds between the bridge's reads of the master
 
 
 class DynagentPolicy:
@@ -88,8 +93,13 @@ class DynagentPolicy:
         # The bridge's idle clock, and the next second at which it publishes for it.
         self.idle_clock = None if provider.drain_idle_agents else IdleClock()
         self._idle_end_at: int | None = None
+        # How the master changed since the bridge last read it, and its next read then.
+        self._unread = Change.NONE
+        self._read_at: int | None = None
+        self._swept: int | None = None  # the second of the last sweep
 
     def act(self, now: int, change: Change) -> None:
+        change = self._read(now, change)
         bridge = self.drainer is not None and (change is not Change.NONE or self._beat(now))
         if bridge and self._bridge_drains(now):
             change = Change.DECISION
@@ -98,11 +108,33 @@ class DynagentPolicy:
         acted = False
         if published:
             acted |= self._reconcile(now, with_snapshot=True)
+        # The sweep of this second, if one falls on it, comes after the snapshot's pass
+        # and sees the fleet that pass changed.
+        sweep |= acted and now % SWEEP_EVERY == 0 and self._swept != now
         if sweep:
+            self._swept = now
             acted |= self._reconcile(now, with_snapshot=False)
         if published or sweep:
             # Only after a pass: its plan is what the next deadline is counted from.
             self._plan_wake(now, acted)
+
+    def _read(self, now: int, change: Change) -> Change:
+        """What the bridge sees of the master's changes at ``now``: those since its last
+        read if it reads now (a heartbeat is a read too), else none yet: it reads on its
+        next 5-s tick."""
+        if change is not Change.NONE:
+            self._unread = max(self._unread, change)
+            self._read_by(now)
+        reads = _due(self._read_at, now) or _due(self._heartbeat_at, now)
+        if not (reads or _due(self._idle_end_at, now)):
+            return Change.NONE
+        seen, self._unread, self._read_at = self._unread, Change.NONE, None
+        return seen
+
+    def _read_by(self, time: int) -> None:
+        """The bridge reads the master at its first 5-s tick from ``time`` at the latest."""
+        read = next_on_grid(time, BRIDGE_READS_EVERY)
+        self._read_at = read if self._read_at is None else min(self._read_at, read)
 
     def _beat(self, now: int) -> bool:
         return _due(self._heartbeat_at, now) or _due(self._sweep_at, now)
@@ -120,6 +152,7 @@ class DynagentPolicy:
             self.drainer.done(action)
         if any(action.enable for action in actions):
             self.master.schedule(now)  # the master's next tick places tasks there
+            self._read_by(now + 1)  # which the bridge's next read sees
         retired = len(self.drainer.retired)
         self.drainer.retire(self.master.reading(), at(now))
         return bool(actions) or len(self.drainer.retired) != retired
@@ -136,7 +169,7 @@ class DynagentPolicy:
         return False
 
     def wake_at(self) -> int | None:
-        times = (self._heartbeat_at, self._sweep_at, self._idle_end_at)
+        times = (self._heartbeat_at, self._sweep_at, self._idle_end_at, self._read_at)
         return min((t for t in times if t is not None), default=None)
 
     def fleet_changed(self, now: int) -> None:
@@ -145,7 +178,7 @@ class DynagentPolicy:
         if self.exhaustive:
             return
         self._deadline = now if self._deadline is None else min(self._deadline, now)
-        beat, sweep = next_on_grid(now, self.heartbeat), next_on_grid(now, SWEEP_EVERY)
+        beat, sweep = self._beat_from(now), next_on_grid(now, SWEEP_EVERY)
         self._heartbeat_at = beat if self._heartbeat_at is None else min(self._heartbeat_at, beat)
         self._sweep_at = sweep if self._sweep_at is None else min(self._sweep_at, sweep)
 
@@ -197,7 +230,7 @@ class DynagentPolicy:
     def _plan_wake(self, now: int, acted: bool) -> None:
         self._idle_end_at = self._next_idle_end(now)
         if self.exhaustive:
-            self._heartbeat_at = next_on_grid(now + 1, self.heartbeat)
+            self._heartbeat_at = self._beat_from(now + 1)
             self._sweep_at = next_on_grid(now + 1, SWEEP_EVERY)
             return
         deadline = self._next_deadline(now)
@@ -206,16 +239,21 @@ class DynagentPolicy:
             # agent idle past its period): the next snapshot may act on it.
             deadline = now + 1 if deadline is None else min(deadline, now + 1)
         self._deadline = deadline
-        self._heartbeat_at = None if deadline is None else next_on_grid(deadline, self.heartbeat)
+        self._heartbeat_at = None if deadline is None else self._beat_from(deadline)
         self._sweep_at = None if deadline is None else next_on_grid(deadline, SWEEP_EVERY)
 
+    def _beat_from(self, time: int) -> int:
+        """The first heartbeat at or after ``time``: published at the bridge's read then."""
+        return next_on_grid(next_on_grid(time, self.heartbeat), BRIDGE_READS_EVERY)
+
     def _next_idle_end(self, now: int) -> int | None:
-        """When the bridge next publishes because an agent's idle period ran out."""
+        """When the bridge next publishes because an agent's idle period ran out: at its
+        first read from then."""
         if self.idle_clock is None:
             return None
         period = self.pool.provider.max_idle_agent_period
         end = self.idle_clock.next_end(period, at(now))
-        return None if end is None else seconds_at(end)
+        return None if end is None else next_on_grid(seconds_at(end), BRIDGE_READS_EVERY)
 
     def _next_deadline(self, now: int) -> int | None:
         """The first second after ``now`` at which a timer of the decision runs out.
