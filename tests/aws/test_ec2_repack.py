@@ -50,9 +50,11 @@ def test_a_shape_out_in_every_subnet_is_repacked_onto_smaller_machines_in_one_pa
     offerings = {
         "instance_types": ["p3.8xlarge", "p3.16xlarge"],
         "subnet_ids": [s["SubnetId"] for s in subnets],
-        # As an admin writes it: no prices, no max_slots. The two types cost the same per
-        # GPU, so one 8-GPU machine is the cover (fewer machines on a tie); the cap is
-        # 10 x 8 slots, in machines of either size.
+        # No max_slots, as an admin copies the pool: the cap is 10 x 8 slots, in machines
+        # of either size. At list prices the two types cost the same per GPU and two
+        # p3.8xlarge would be the cover; at the admin's discounted price for the
+        # p3.16xlarge, one of those is.
+        "prices": {"p3.16xlarge": 23.0},
     }
     document = pool_document(
         image_id(ec2), instance_type="p3.16xlarge", max_instances=10, offerings=offerings

@@ -46,9 +46,20 @@ def test_each_task_gets_the_cheapest_machine_that_holds_it() -> None:
     assert by_tasks[("gang",)] == "p3.16xlarge"
 
 
-def test_a_full_machines_worth_goes_on_the_largest() -> None:
+def test_at_one_price_per_gpu_the_smaller_machines_win() -> None:
+    # Nine 1-GPU tasks: nine p3.2xlarge cost what a p3.16xlarge and a p3.2xlarge do, and
+    # each goes when its own task ends.
     pending = [task(f"t{i}", 1) for i in range(9)]
     plan = decide(shaped_pool(), Fleet(), snapshot(pending=pending), NOW)
+    assert launched(plan) == {"p3.2xlarge": 9}
+
+
+def test_a_full_machines_worth_goes_on_the_type_cheapest_per_gpu() -> None:
+    # At a discount the admin wrote, the p3.16xlarge is the cheaper per GPU: eight of the
+    # tasks share one, the ninth gets a p3.2xlarge.
+    pending = [task(f"t{i}", 1) for i in range(9)]
+    offerings = {"instance_types": V100S, "max_slots": 40, "prices": {"p3.16xlarge": 22.0}}
+    plan = decide(shaped_pool(offerings=offerings), Fleet(), snapshot(pending=pending), NOW)
     assert launched(plan) == {"p3.16xlarge": 1, "p3.2xlarge": 1}
 
 

@@ -27,9 +27,9 @@ def test_a_machine_out_in_every_zone_is_repacked_onto_smaller_machines_in_one_pa
             {"machine_type": "a2-highgpu-8g", "gpu_type": A100, "gpu_num": 8},
         ],
         "zones": [ZONE, ZONE_B],
-        # As an admin writes it: no prices, no max_slots. The two types cost the same per
-        # GPU, so one 8-GPU machine is the cover (fewer machines on a tie); the cap is
-        # 10 x 8 slots, in machines of either size.
+        # As an admin writes it: no prices, no max_slots. At list prices one 8g costs a
+        # tenth of a cent an hour less than two 4g, so it is the cover; the cap is 10 x 8
+        # slots, in machines of either size.
     }
     document = gcp_pool_document(
         instance_type={"machine_type": "a2-highgpu-8g", "gpu_type": A100, "gpu_num": 8},

@@ -479,14 +479,15 @@ def _open_machines(demand: Demand, queue: _Queue, shapes: Sequence[Shape], budge
 
 
 def _bulk(fitting: list[Shape], total: int, room: int) -> Shape:
-    """The shape cheapest per slot (the larger on a tie: fewer machines) among those
+    """The shape cheapest per slot (the smaller on a tie: each machine goes when its own
+    tasks end, where a larger one bills its free slots until the last ends) among those
     whose machines, within the ``room`` left, hold the ``total`` slots waiting; with none
     that can, the largest: near a cap in machines, small machines would leave tasks
     waiting that larger ones hold."""
     holding = [s for s in fitting if s.slots * room >= total]
     if not holding:
         return max(fitting, key=lambda s: (s.slots, -s.price))
-    return min(holding, key=lambda s: (s.price_per_slot, -s.slots))
+    return min(holding, key=lambda s: (s.price_per_slot, s.slots))
 
 
 def _open_whole(demand: Demand, queue: _Queue, bulk: Shape, budget: Budget) -> bool:
@@ -513,13 +514,14 @@ def _next_shape(
 ) -> Shape:
     """The shape of the next machine to open, among those ``fitting`` the largest task.
 
-    While the tasks left fill whole machines, the shape cheapest per slot (the larger on
-    a tie: fewer machines); for the last, partly filled ones, the cheapest way to hold
-    what is left, found by trying each shape in turn (what is left is less than one
-    machine, so the search is small). With too little room for that, the largest shape.
-    The cover may use every shape: after the largest tasks, the machines for the small
-    ones left may be smaller than the first (2 + 2 + 1 slots: a 4-slot and a 1-slot
-    machine), and it checks at each step that the machine holds its largest task.
+    While the tasks left fill whole machines, the shape cheapest per slot (the smaller
+    on a tie); for the last, partly filled ones, the cheapest way to hold what is left
+    (on a tie, in more and smaller machines), found by trying each shape in turn (what
+    is left is less than one machine, so the search is small). With too little room for
+    that, the largest shape. The cover may use every shape: after the largest tasks, the
+    machines for the small ones left may be smaller than the first (2 + 2 + 1 slots: a
+    4-slot and a 1-slot machine), and it checks at each step that the machine holds its
+    largest task.
     """
     if queue.total >= bulk.slots:
         return bulk
@@ -534,7 +536,8 @@ def _cheapest_cover(
     counts: tuple[tuple[int, int], ...], shapes: tuple[Shape, ...]
 ) -> tuple[float, int, Shape | None]:
     """(price per hour, machines, first machine's shape) of the cheapest set of machines
-    that holds tasks of these (size, count)s, filling each first-fit-decreasing."""
+    that holds tasks of these (size, count)s, filling each first-fit-decreasing; of sets
+    that cost alike, the one of more machines: smaller ones, each gone with its tasks."""
     if not counts:
         return 0.0, 0, None
     top = counts[0][0]
@@ -545,7 +548,7 @@ def _cheapest_cover(
         rest = _after_fill(counts, shape.slots)
         cost, machines, _ = _cheapest_cover(rest, shapes)
         candidate = (round(shape.price + cost, 6), machines + 1, shape)
-        if candidate[:2] < best[:2]:
+        if candidate[0] < best[0] or (candidate[0] == best[0] and candidate[1] > best[1]):
             best = candidate
     return best
 
