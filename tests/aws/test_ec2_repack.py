@@ -1,7 +1,9 @@
 """The reconcile function re-packs in the same pass when the cheapest machine for the
 tasks has no capacity in any subnet: two 4-slot tasks decided onto one 8-GPU machine
-start on two 4-GPU machines instead, through CreateFleet on the local AWS, in a pool
-written as in master.yaml (``max_instances: 10``, no ``max_slots``)."""
+(at the admin's discounted price for it) start on two 4-GPU machines instead, through
+CreateFleet on the local AWS, in a pool written as in master.yaml (``max_instances:
+10``, no ``max_slots``). At list prices, where the two sizes cost the same per GPU,
+the 4-GPU machines are the first choice and the stockout is never met."""
 
 from __future__ import annotations
 
@@ -93,3 +95,28 @@ def test_a_shape_out_in_every_subnet_is_repacked_onto_smaller_machines_in_one_pa
         assert again.reconcile_batch(event, LambdaContext()) == {"batchItemFailures": []}
         assert "CreateFleet" not in aws.calls("ec2")
     assert len(managed_instances(ec2)) == 2
+
+
+def test_at_list_prices_two_4_slot_tasks_get_4_gpu_machines_without_asking_for_an_8(
+    aws: LocalAws, ec2: Any, sqs: Any
+) -> None:
+    subnets = two_subnets(ec2)
+    offerings = {
+        "instance_types": ["p3.8xlarge", "p3.16xlarge"],
+        "subnet_ids": [s["SubnetId"] for s in subnets],
+    }
+    document = pool_document(
+        image_id(ec2), instance_type="p3.16xlarge", max_instances=10, offerings=offerings
+    )
+    functions = AwsFunctions(config(document), ec2_for_region=lambda _: ec2, sleep=lambda _: None)
+    aws.limit_capacity("p3.16xlarge", count=0)
+    event = published_event(
+        sqs, fifo_queue(sqs, "snapshots.fifo"), snapshot(1, pending=[("a", 4), ("b", 4)])
+    )
+    for delivery in range(2):  # the second: SQS delivering the record again
+        aws.clear_calls()
+        assert functions.reconcile_batch(event, LambdaContext()) == {"batchItemFailures": []}
+        instances = managed_instances(ec2)
+        assert Counter(i["InstanceType"] for i in instances) == {"p3.8xlarge": 2}
+        assert Counter(aws.calls("ec2"))["CreateFleet"] == (1 if delivery == 0 else 0)
+    assert aws.capacity_refusals() == []
