@@ -45,22 +45,26 @@ def two_subnets(ec2: Any) -> list[dict[str, Any]]:
     return [by_zone[zone] for zone in sorted(by_zone)[:2]]
 
 
+def four_and_eight(ec2: Any, subnets: list[dict[str, Any]], **offerings: Any) -> dict[str, Any]:
+    """A pool of p3.8xlarge and p3.16xlarge in ``subnets``, as an admin copies it from
+    master.yaml: ``max_instances: 10`` and no max_slots, so the cap is 10 x 8 slots in
+    machines of either size."""
+    offerings |= {
+        "instance_types": ["p3.8xlarge", "p3.16xlarge"],
+        "subnet_ids": [s["SubnetId"] for s in subnets],
+    }
+    return pool_document(
+        image_id(ec2), instance_type="p3.16xlarge", max_instances=10, offerings=offerings
+    )
+
+
 def test_a_shape_out_in_every_subnet_is_repacked_onto_smaller_machines_in_one_pass(
     aws: LocalAws, ec2: Any, sqs: Any
 ) -> None:
     subnets = two_subnets(ec2)
-    offerings = {
-        "instance_types": ["p3.8xlarge", "p3.16xlarge"],
-        "subnet_ids": [s["SubnetId"] for s in subnets],
-        # No max_slots, as an admin copies the pool: the cap is 10 x 8 slots, in machines
-        # of either size. At list prices the two types cost the same per GPU and two
-        # p3.8xlarge would be the cover; at the admin's discounted price for the
-        # p3.16xlarge, one of those is.
-        "prices": {"p3.16xlarge": 23.0},
-    }
-    document = pool_document(
-        image_id(ec2), instance_type="p3.16xlarge", max_instances=10, offerings=offerings
-    )
+    # At list prices the two types cost the same per GPU and two p3.8xlarge would be the
+    # cover; at the admin's discounted price for the p3.16xlarge, one of those is.
+    document = four_and_eight(ec2, subnets, prices={"p3.16xlarge": 23.0})
     log = Log()
     functions = AwsFunctions(
         config(document), ec2_for_region=lambda _: ec2, sleep=lambda _: None, logger=log
@@ -100,14 +104,7 @@ def test_a_shape_out_in_every_subnet_is_repacked_onto_smaller_machines_in_one_pa
 def test_at_list_prices_two_4_slot_tasks_get_4_gpu_machines_without_asking_for_an_8(
     aws: LocalAws, ec2: Any, sqs: Any
 ) -> None:
-    subnets = two_subnets(ec2)
-    offerings = {
-        "instance_types": ["p3.8xlarge", "p3.16xlarge"],
-        "subnet_ids": [s["SubnetId"] for s in subnets],
-    }
-    document = pool_document(
-        image_id(ec2), instance_type="p3.16xlarge", max_instances=10, offerings=offerings
-    )
+    document = four_and_eight(ec2, two_subnets(ec2))
     functions = AwsFunctions(config(document), ec2_for_region=lambda _: ec2, sleep=lambda _: None)
     aws.limit_capacity("p3.16xlarge", count=0)
     event = published_event(
