@@ -122,7 +122,11 @@ def add_parser(commands: Any) -> None:
         "pool must buy spot (spot: true, or spot in offerings.purchase)",
     )
     simulate.add_argument(
-        "--heartbeat", default="30s", help="master's snapshot interval when idle (30s)", **duration
+        "--heartbeat",
+        default="30s",
+        help="the bridge's snapshot interval when nothing changes (30s), published at its "
+        "next 5 s read of the master",
+        **duration,
     )
     simulate.add_argument(
         "--fitting-policy",
