@@ -29,7 +29,7 @@ def test_the_gcp_demo_tells_the_same_story(pytestconfig: pytest.Config) -> None:
     assert "does not register: the broken boot, on purpose" in text
     assert re.search(r"Bill: [\d.]+ machine-hours at \$2\.92/h", text)
     assert "dead-letter topic: version 9 is not one this function knows" in text
-    assert re.search(r"sweep +terminate det-agent-gpu-t4-\S+: idle for 10m", text)
+    assert re.search(r"sweep +terminate det-agent-gpu-t4-\S+: idle for 11m ", text)
     table = text.split("Fleet at the end")[1].split("Dead letters")[0]
     rows = [line for line in table.splitlines() if line.strip().startswith("det-agent-")]
     assert len(rows) == 6 and all(" deleted " in row for row in rows)

@@ -26,16 +26,17 @@ def test_each_task_gets_the_cheapest_machine_that_holds_it() -> None:
     assert ours.launches_by_type == {"p3.16xlarge": 2, "p3.2xlarge": 1, "p3.8xlarge": 1}
     # The agents register at 180: the 1-GPU task best-fits the p3.2xlarge, the two 2-GPU
     # tasks share the p3.8xlarge, the gang takes both p3.16xlarge. All end at 780 and
-    # are reaped when their 5m idle run out, at 1080: each machine billed 1080 s.
+    # are reaped at the bridge's first read after their 5m idle run out, at 1085: each
+    # machine billed 1085 s.
     assert ours.waits == [180] * 4
-    assert ours.billed_instance_seconds == 4 * 1080
-    assert ours.billed_slot_seconds == (1 + 4 + 8 + 8) * 1080
-    assert ours.billed_dollars == pytest.approx(1080 / 3600 * (3.06 + 12.24 + 2 * 24.48))
+    assert ours.billed_instance_seconds == 4 * 1085
+    assert ours.billed_slot_seconds == (1 + 4 + 8 + 8) * 1085
+    assert ours.billed_dollars == pytest.approx(1085 / 3600 * (3.06 + 12.24 + 2 * 24.48))
     usage = ours.usage
     assert (usage.booting, usage.busy, usage.idle, usage.free) == (
         21 * 180,
         21 * 600,
-        21 * 300,
+        21 * 305,
         0,
     )
 
@@ -56,12 +57,12 @@ def test_the_report_prices_each_policy_and_the_limit() -> None:
     assert result.prices.by_type == PRICES
     assert (result.prices.baseline_type, result.prices.baseline) == ("p3.16xlarge", 24.48)
     ours, theirs, limit = (result.column(n) for n in ("dynagent", "determined", "limit"))
-    # dynagent: a p3.2xlarge and two p3.16xlarge, 1080 s each; Determined three
+    # dynagent: a p3.2xlarge and two p3.16xlarge, 1085 s each; Determined three
     # p3.16xlarge (ceil(17 / 8)), 1085 s each. The limit pays $3.06 per busy GPU-hour.
-    assert ours.cost == pytest.approx(0.3 * (3.06 + 2 * 24.48))
+    assert ours.cost == pytest.approx(1085 / 3600 * (3.06 + 2 * 24.48))
     assert theirs.cost == pytest.approx(3 * 1085 / 3600 * 24.48)
     assert limit.cost == pytest.approx(17 * 600 / 3600 * 3.06)
-    assert ours.gpu_hours == pytest.approx(17 * 0.3)
+    assert ours.gpu_hours == pytest.approx(17 * 1085 / 3600)
 
 
 def test_a_launch_with_no_capacity_falls_back_in_the_same_pass() -> None:

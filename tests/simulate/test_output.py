@@ -36,7 +36,7 @@ def test_the_table_reads_row_by_row() -> None:
 def test_the_document_is_json() -> None:
     body = document(replay_both(trace((0, 3600, 8))))
     again = json.loads(json.dumps(body))
-    assert again["columns"]["dynagent"]["instance_hours"] == round(4080 / 3600, 3)
+    assert again["columns"]["dynagent"]["instance_hours"] == round(4085 / 3600, 3)
     assert again["columns"]["limit"]["vs_limit"] == 1.0
     assert again["columns"]["dynagent"]["pending_at_max_seconds"] == 0
     assert again["columns"]["determined"]["pending_at_max_seconds"] is None

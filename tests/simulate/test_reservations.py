@@ -37,9 +37,9 @@ def test_the_first_task_goes_into_the_reservation_and_the_second_is_bought_besid
     assert ours.reserved_used_hours == pytest.approx(600 / 3600)
     window = 600 * P4D / 3600
     assert ours.reserved_dollars == pytest.approx(window)
-    # Both ran their task 180 .. 780 and were reaped idle 5m later, at 1080: the bought
-    # one billed all of it, the reserved one only past the window's end.
-    bought, reserved_past_end = 1080 * P4D / 3600, (1080 - 600) * P4D / 3600
+    # Both ran their task 180 .. 780 and were reaped at the first read after 5m idle, at
+    # 1085: the bought one billed all of it, the reserved one only past the window's end.
+    bought, reserved_past_end = 1085 * P4D / 3600, (1085 - 600) * P4D / 3600
     assert ours.billed_dollars == pytest.approx(window + bought + reserved_past_end, rel=1e-6)
 
     theirs = run(jobs, "determined", pool(), reserved(SimReservation("p4d.24xlarge", 1)))

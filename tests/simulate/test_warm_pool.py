@@ -23,18 +23,19 @@ DISK = 200 * EBS_GP3_PER_GB_MONTH / HOURS_PER_MONTH / 3600
 
 def test_the_second_task_waits_a_start_not_a_boot_and_the_disk_is_billed() -> None:
     # The first task: launched at 0, registers at 180, runs to 780, idle 5m: stopped at
-    # 1080. The second arrives at 2000: the machine starts, registers at 2090.
+    # the next read, 1085. The second arrives at 2000: the machine starts, registers at
+    # 2090.
     jobs = trace((0, 600, 8), (2000, 600, 8))
     ours = run(jobs, "dynagent", WARM)
     assert ours.waits == [90, 180]
     assert (ours.launches, ours.stops, ours.starts, ours.start_refusals) == (1, 2, 1, 0)
-    # Running 0..1080 and 2000..2990 (idle from 2690, stopped at 2990); the disk bills
-    # from 1080 to 2000 and from 2990 to the run's end.
-    assert ours.billed_instance_seconds == 1080 + 990
-    stopped = 2000 - 1080 + (ours.end - 2990)
+    # Running 0..1085 and 2000..2995 (idle from 2690, stopped at 2995); the disk bills
+    # from 1085 to 2000 and from 2995 to the run's end.
+    assert ours.billed_instance_seconds == 1085 + 995
+    stopped = 2000 - 1085 + (ours.end - 2995)
     assert ours.disk_dollars == pytest.approx(stopped * DISK)
     assert ours.billed_dollars == pytest.approx(
-        (1080 + 990) * 32.7726 / 3600 + stopped * DISK, rel=1e-9
+        (1085 + 995) * 32.7726 / 3600 + stopped * DISK, rel=1e-9
     )
     # Without a warm pool: terminated at 1080, a second launch, a boot's wait.
     cold = run(jobs, "dynagent")

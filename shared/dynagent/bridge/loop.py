@@ -252,7 +252,7 @@ class Bridge:
         if idle is None:
             return False
         end = idle.next_end(self.config.pool(pool_name).provider.max_idle_agent_period, since)
-        return end is not None and end <= now
+        return end is not None and end < now
 
     def _snapshot(self, reading: PoolReading, now: datetime) -> Snapshot | None:
         """The pool's snapshot if it changed, an agent's idle period ran out or the

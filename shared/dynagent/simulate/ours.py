@@ -253,7 +253,7 @@ class DynagentPolicy:
             return None
         period = self.pool.provider.max_idle_agent_period
         end = self.idle_clock.next_end(period, at(now))
-        return None if end is None else next_on_grid(seconds_at(end), BRIDGE_READS_EVERY)
+        return None if end is None else next_on_grid(seconds_at(end) + 1, BRIDGE_READS_EVERY)
 
     def _next_deadline(self, now: int) -> int | None:
         """The first second after ``now`` at which a timer of the decision runs out.
@@ -269,7 +269,8 @@ class DynagentPolicy:
             for mark, period in self._periods.items():
                 since = marks.get(mark)
                 if since is not None:
-                    deadlines.append(seconds_at(since) + period)
+                    # An idle agent goes once idle longer than its period (decide.walk).
+                    deadlines.append(seconds_at(since) + period + (mark is Mark.IDLE_SINCE))
             idle = marks.get(Mark.IDLE_SINCE)
             if idle is not None:
                 # Half the idle period on, the idle mark of an agent pending tasks count

@@ -218,7 +218,7 @@ class Survey:
     so its users check ``ctx.terminations`` again.
     """
 
-    # (idle since, instance id): idle for max_idle_agent_period or longer.
+    # (idle since, instance id): idle longer than max_idle_agent_period.
     idle: list[tuple[datetime, str]] = field(default_factory=list)
     # Live instances with free slots, and how many: launched and not registered yet
     # (capacity on its way), idle agents, and agents with slots to spare. Pending tasks

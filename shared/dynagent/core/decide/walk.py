@@ -21,7 +21,9 @@ def walk_fleet(ctx: Context) -> Survey:
     survey = Survey()
     warm = ctx.provider.warm_pool.enabled
     stopped: list[Instance] = []
-    # since <= now - period is now - since >= period, with one subtraction per pass.
+    # Idle longer than the period, as Determined's provisioner terminates (scale_decider.go
+    # CalculateInstanceStates: now.After(idleSince + maxIdlePeriod)): since < now - period
+    # is now - since > period, with one subtraction per pass.
     cutoff = ctx.now - ctx.provider.max_idle_agent_period
     half = ctx.now - ctx.provider.max_idle_agent_period / 2
     terminations, with_snapshot = ctx.terminations, ctx.snapshot is not None
@@ -83,7 +85,7 @@ def walk_fleet(ctx: Context) -> Survey:
                 and (agent.retired if retires else drain_lease and agent.draining)
             ):
                 survey.idle.append((since or ctx.seen_at, instance.id))
-        elif since is not None and since <= cutoff:
+        elif since is not None and since < cutoff:
             survey.idle.append((since, instance.id))
         if agent is None and instance.registered_at is None:
             slots = ctx.slots(instance, None)
