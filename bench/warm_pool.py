@@ -23,7 +23,7 @@ from dynagent.simulate.run import RunOptions
 from dynagent.simulate.trace import load_trace
 
 # The size and period docs/warm-pools.md recommends for this pool.
-RECOMMENDED = 50
+RECOMMENDED = 60
 PERIOD = "48h"
 P50_TARGET = 120
 COST_TARGET = 1.01
