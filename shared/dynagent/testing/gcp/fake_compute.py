@@ -42,7 +42,13 @@ from dynagent.testing.gcp.instance_shapes import (
     utcnow,
     zone_url_of,
 )
-from dynagent.testing.gcp.listing import max_results, page_after, page_token, parse_filter
+from dynagent.testing.gcp.listing import (
+    aggregated_page,
+    max_results,
+    page_after,
+    page_token,
+    parse_filter,
+)
 from dynagent.testing.gcp.operations import Failure, Operation, operation_name
 from dynagent.testing.gcp.reservations import ReservationBook, ReservationKey
 from dynagent.testing.gcp.value_rules import (
@@ -242,17 +248,14 @@ class FakeCompute:
             by_zone.setdefault(instance["zone"].rsplit("/", 1)[-1], []).append(instance)
         scopes = self.state.zones | {self.home_zone}
         scopes |= {key[1] for key in found if key[0] == request.project}
-        items: JsonObject = {}
-        for zone in sorted(scopes):
-            scope = f"zones/{zone}"
-            if zone in by_zone:
-                items[scope] = {"instances": copy.deepcopy(by_zone[zone])}
-            else:
-                items[scope] = {"warning": _no_results_warning(scope)}
         collection = f"projects/{request.project}/aggregated/instances"
-        page: JsonObject = {"kind": "compute#instanceAggregatedList", "id": collection}
-        page["items"] = items
-        page["selfLink"] = f"{API_ROOT}{collection}"
+        page = aggregated_page(
+            collection,
+            "compute#instanceAggregatedList",
+            "instances",
+            copy.deepcopy(by_zone),
+            scopes,
+        )
         if len(matching) > limit:
             last = page_items[-1]
             last_zone = last["zone"].rsplit("/", 1)[-1]
@@ -688,15 +691,6 @@ def _bulk_count(body: JsonObject) -> tuple[int, int]:
     if not 1 <= min_count <= count:
         raise invalid("resource.minCount", body.get("minCount"), "Must be between 1 and count.")
     return count, min_count
-
-
-def _no_results_warning(scope: str) -> JsonObject:
-    """What aggregatedList puts in place of a scope's list when it has none on the page."""
-    return {
-        "code": "NO_RESULTS_ON_PAGE",
-        "message": f"There are no results for scope '{scope}' on this page.",
-        "data": [{"key": "scope", "value": scope}],
-    }
 
 
 def _instance_from_properties(properties: JsonObject | None, zone: str) -> JsonObject:

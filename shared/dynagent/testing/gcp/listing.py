@@ -10,12 +10,13 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from dynagent.testing.gcp.discovery import resolve, schemas
 from dynagent.testing.gcp.errors import ApiError, invalid, unsupported
+from dynagent.testing.gcp.instance_shapes import API_ROOT
 
 MAX_RESULTS: Final = 500
 
@@ -207,3 +208,28 @@ def page_after(token: str | None, filter_text: str) -> str:
     if token_filter != filter_text or not isinstance(after, str):
         raise invalid("pageToken", token, "The page token belongs to another list request.")
     return after
+
+
+def aggregated_page(
+    collection: str, kind: str, key: str, by_zone: Mapping[str, list[Any]], zones: Iterable[str]
+) -> dict[str, Any]:
+    """One page of an ``aggregatedList``: each zone's items under ``zones/Z`` (``key``:
+    "instances", "reservations"), a zone with none on the page carrying the warning the
+    API puts there instead. The caller adds ``nextPageToken``."""
+    items: dict[str, Any] = {}
+    for zone in sorted(zones):
+        scope = f"zones/{zone}"
+        if zone in by_zone:
+            items[scope] = {key: by_zone[zone]}
+        else:
+            items[scope] = {"warning": _no_results_warning(scope)}
+    return {"kind": kind, "id": collection, "items": items, "selfLink": f"{API_ROOT}{collection}"}
+
+
+def _no_results_warning(scope: str) -> dict[str, Any]:
+    """What aggregatedList puts in place of a scope's list when it has none on the page."""
+    return {
+        "code": "NO_RESULTS_ON_PAGE",
+        "message": f"There are no results for scope '{scope}' on this page.",
+        "data": [{"key": "scope", "value": scope}],
+    }

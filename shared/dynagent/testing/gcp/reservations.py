@@ -70,7 +70,7 @@ from typing import Any, Final, NamedTuple
 
 from dynagent.testing.gcp.errors import JsonObject, invalid, not_found, unsupported
 from dynagent.testing.gcp.instance_shapes import API_ROOT, is_spot, timestamp, zone_url_of
-from dynagent.testing.gcp.listing import max_results, page_after, page_token
+from dynagent.testing.gcp.listing import aggregated_page, max_results, page_after, page_token
 from dynagent.testing.gcp.operations import Failure
 
 RESERVATION_NAME_KEY: Final = "compute.googleapis.com/reservation-name"
@@ -372,17 +372,10 @@ class ReservationBook:
         for held in on_page:
             by_zone.setdefault(held.zone, []).append(held.resource(used.get(held.key, 0), now))
         zones = scopes | {key[1] for key in self.reservations if key[0] == project}
-        items: JsonObject = {}
-        for zone in sorted(zones):
-            scope = f"zones/{zone}"
-            if zone in by_zone:
-                items[scope] = {"reservations": by_zone[zone]}
-            else:
-                items[scope] = {"warning": _no_results_warning(scope)}
         collection = f"projects/{project}/aggregated/reservations"
-        page: JsonObject = {"kind": "compute#reservationAggregatedList", "id": collection}
-        page["items"] = items
-        page["selfLink"] = f"{API_ROOT}{collection}"
+        page = aggregated_page(
+            collection, "compute#reservationAggregatedList", "reservations", by_zone, zones
+        )
         if len(matching) > limit:
             last = on_page[-1]
             page["nextPageToken"] = page_token(f"{last.zone}/{last.name}", "")
@@ -437,11 +430,3 @@ def _accelerators_of(body: Mapping[str, Any]) -> dict[str, int]:
 def _shape(machine_type: str, accelerators: Mapping[str, int]) -> str:
     gpus = "".join(f", {count} x {name}" for name, count in sorted(accelerators.items()))
     return f"{machine_type}{gpus}"
-
-
-def _no_results_warning(scope: str) -> JsonObject:
-    return {
-        "code": "NO_RESULTS_ON_PAGE",
-        "message": f"There are no results for scope '{scope}' on this page.",
-        "data": [{"key": "scope", "value": scope}],
-    }
