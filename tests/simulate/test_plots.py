@@ -213,9 +213,9 @@ def test_a_backlog_that_outlasts_the_trace_is_drawn_to_its_end_with_the_trace_en
 
 
 def idle_sweep() -> list[str]:
-    """A sweep whose p95s differ by 2 s and whose p50s include 0 s (the machine still up)."""
+    """A sweep whose p95s differ by 6 s and whose p50s include 0 s (the machine still up)."""
     spec = SweepSpec("max_idle_agent_period", ("1m", "5m", "20m"))
-    options = RunOptions(boot=BootModel(jitter=20, seed=1))
+    options = RunOptions(boot=BootModel(jitter=20, seed=5))
     return sweep_charts(spec.field, sweep(JOBS, pool(), SETTINGS, spec, options=options))
 
 

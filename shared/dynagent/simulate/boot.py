@@ -11,7 +11,11 @@ after 60 s, and its agent has pulled its image and registered with the master af
   machines of one pass no longer register in the same second.
 - Chance: each launch draws its times uniformly within plus or minus ``jitter``
   seconds (20 s by default; EC2's own launch times vary by tens of seconds from one
-  launch to the next), from a generator seeded with ``seed``, so a run repeats exactly.
+  launch to the next), from ``seed``, so a run repeats exactly.
+
+The draws are common to the runs compared (``BootSampler``): a launch's times depend on
+the seed, the second of the launch and its place among that second's launches, not on
+how many launches the run made before it.
 
 ``UNIFORM`` is the old model, every machine at exactly 60 s and 180 s: for arithmetic
 worked by hand (``--boot-jitter 0s --boot-per-gpu 0s``).
@@ -27,6 +31,7 @@ container again), with the same per-GPU time and jitter.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -58,28 +63,54 @@ UNIFORM = BootModel(jitter=0, per_gpu=0)
 
 
 class BootSampler:
-    """Draws the boot times of one run's launches, in launch order."""
+    """Draws the boot times of one run's launches and warm starts.
+
+    Common random numbers: the times of the n-th launch (or start) made at second t come
+    from (seed, t, n), not from one sequence the run draws in turn. Two policies replayed
+    with one seed then boot alike the machines they launch alike, and their runs differ
+    only where their decisions do. With one sequence, a single launch one policy made and
+    the other did not dealt every later boot of the run anew: on cluster08 the p95 wait
+    of two runs that decide alike but for a few launches differed by a second either way
+    from seed to seed.
+    """
 
     def __init__(self, model: BootModel) -> None:
         self.model = model
-        self._random = random.Random(model.seed)
+        # Per kind of draw: the second of the last one and how many were made in it.
+        self._last: dict[str, tuple[int, int]] = {}
 
-    def draw(self, slots: int) -> tuple[int, int]:
+    def draw(self, slots: int, at: int) -> tuple[int, int]:
         """Seconds after launch until (running, agent registered) for a machine of
-        ``slots`` GPUs; registered >= running."""
-        running = self._jittered(self.model.running_after)
-        registered = self._jittered(self.model.registered_after_for(slots))
+        ``slots`` GPUs launched at second ``at`` of the run; registered >= running."""
+        model = self.model
+        jitter = self._jitter("launch", at)
+        running = jitter(model.running_after)
+        registered = jitter(model.registered_after_for(slots))
         return running, max(running, registered)
 
-    def draw_start(self, slots: int) -> tuple[int, int]:
+    def draw_start(self, slots: int, at: int) -> tuple[int, int]:
         """As ``draw``, for a warm start of a stopped machine: no image to pull."""
         model = self.model
-        running = self._jittered(min(model.running_after, model.started_after))
-        registered = self._jittered(model.started_after + model.per_gpu * max(0, slots - 1))
+        jitter = self._jitter("start", at)
+        running = jitter(min(model.running_after, model.started_after))
+        registered = jitter(model.started_after + model.per_gpu * max(0, slots - 1))
         return running, max(running, registered)
 
-    def _jittered(self, seconds: int) -> int:
-        jitter = self.model.jitter
-        if not jitter:
-            return seconds
-        return max(0, seconds + self._random.randint(-jitter, jitter))
+    def _jitter(self, kind: str, at: int) -> Callable[[int], int]:
+        """Adds this draw's jitter to a time: from (seed, kind, second, place in it)."""
+        spread = self.model.jitter
+        if not spread:
+            return _unchanged
+        second, made = self._last.get(kind, (at, 0))
+        made = made + 1 if second == at else 1
+        self._last[kind] = (at, made)
+        offset = random.Random(f"{self.model.seed}:{kind}:{at}:{made}").randint
+
+        def jittered(seconds: int) -> int:
+            return max(0, seconds + offset(-spread, spread))
+
+        return jittered
+
+
+def _unchanged(seconds: int) -> int:
+    return seconds

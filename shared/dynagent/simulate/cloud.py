@@ -341,7 +341,7 @@ class SimCloud:
             del self.stopped[instance.id]
             assert instance.stopped is not None
             self._closed.add_disk(now - instance.stopped, self.disk_per_hour)
-            running_after, registered_after = self.boot.draw_start(instance.slots)
+            running_after, registered_after = self.boot.draw_start(instance.slots, now)
             instance.stopped, instance.launched = None, now
             instance.registers_at = now + registered_after
             instance.changed()
@@ -390,7 +390,7 @@ class SimCloud:
         started = []
         for _ in range(count):
             self.launches += 1
-            running_after, registered_after = self.boot.draw(offering.slots)
+            running_after, registered_after = self.boot.draw(offering.slots, now)
             instance = SimInstance(
                 f"i-{self.launches:08x}",
                 offering,
