@@ -147,6 +147,23 @@ def test_replayed_batch_launches_nothing_more(
     assert len(managed_instances(ec2)) == 2
 
 
+def test_a_gang_gets_its_machines_and_one_spare_once(
+    app: ModuleType, sqs: Any, ec2: Any, queues: Any
+) -> None:
+    # A 24-slot trial on 8-GPU machines: three for it and a spare (gang_spares), in one
+    # reconcile. The batch delivered twice, and the next snapshot with the trial still
+    # waiting on those boots, launch nothing more.
+    event = published_event(sqs, queues[0], snapshot(4, pending=[("trial-9.0", 24)]))
+    app.reconcile(event, LambdaContext())
+    app.reconcile(event, LambdaContext())
+    instances = managed_instances(ec2)
+    assert [tags_of(i)["dynagent:launch-key"] for i in instances] == ["a100:4"] * 4
+
+    later = published_event(sqs, queues[0], snapshot(5, pending=[("trial-9.0", 24)]))
+    assert app.reconcile(later, LambdaContext()) == {"batchItemFailures": []}
+    assert len(managed_instances(ec2)) == 4
+
+
 class Recorder:
     """A logger that keeps what it was told."""
 

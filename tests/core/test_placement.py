@@ -68,7 +68,10 @@ def test_a_gang_no_8_gpu_machine_divides_goes_on_4_gpu_machines(slots: int, mach
     plan = decide(g5_pool(), Fleet(), snapshot(pending=[job("exp", slots)]), NOW)
 
     assert plan.unschedulable == ()
-    assert launched(plan) == {"g5.12xlarge": machines}
+    assert launched(plan) == {"g5.12xlarge": machines + 1}
+    # One more than the gang's: it starts on the first of them to register (gang_spares).
+    assert [launch.tasks for launch in plan.launches] == [("exp",)] * machines + [()]
+    assert plan.launches[-1].cause == "gang_spare"
 
 
 def test_a_16_slot_gang_takes_four_idle_4_gpu_agents_and_launches_nothing() -> None:
@@ -94,7 +97,8 @@ def test_a_gang_counts_on_an_idle_agent_only_when_room_is_short() -> None:
 def test_a_gang_waiting_on_its_booting_machines_counts_the_one_that_registered() -> None:
     # Boots are staggered: the first of a 32-slot gang's four machines registered idle
     # while three still boot. The gang waits for those boots anyway, so the agent that
-    # came up is one of its four, not a reason to launch a fifth. (Without booting
+    # came up is one of its four: no machine for the gang, only a spare, in case the
+    # master gives that agent to a smaller task meanwhile (gang_spares). (Without booting
     # machines, the previous test's rule holds.)
     agents, fleet = idle_fleet(("g5.48xlarge", 1), idle_minutes=0.5)
     booting = [
@@ -105,13 +109,20 @@ def test_a_gang_waiting_on_its_booting_machines_counts_the_one_that_registered()
     roomy = g5_pool(offerings={"instance_types": G5, "max_slots": 160})
     plan = decide(roomy, fleet, snapshot(pending=[job("exp", 32)], agents=agents), NOW)
 
-    assert plan.launches == ()
+    assert [(launch.tasks, launch.cause) for launch in plan.launches] == [((), "gang_spare")]
+    assert launched(plan) == {"g5.48xlarge": 1}
     assert plan.terminations == ()
+    # The next pass counts that spare among the machines booting: nothing more.
+    spare = dataclasses.replace(starting("i-spare", minutes_ago=0), instance_type="g5.48xlarge")
+    fleet = Fleet((*fleet.instances, spare))
+    assert (
+        decide(roomy, fleet, snapshot(pending=[job("exp", 32)], agents=agents), NOW).launches == ()
+    )
 
-    # A small task took that agent before the gang started: the gang needs a fourth.
+    # A small task took that agent before the gang started: the spare is its fourth.
     agents = [dataclasses.replace(agents[0], used_slots=1)]
     pending = snapshot(pending=[job("exp", 32)], agents=agents)
-    assert launched(decide(roomy, fleet, pending, NOW)) == {"g5.48xlarge": 1}
+    assert decide(roomy, fleet, pending, NOW).launches == ()
 
 
 def test_an_8_slot_command_is_never_planned_across_1_gpu_agents() -> None:
@@ -144,11 +155,12 @@ def test_a_size_no_machine_divides_within_max_machines_is_unschedulable() -> Non
     assert "4, 8 slots" not in plan.unschedulable[0].reason
     assert "8, 4 slots" in plan.unschedulable[0].reason
     assert "max_machines (2)" in plan.unschedulable[0].reason
-    # Without a cap in machines, three 4-GPU machines hold it within the 16 slots.
+    # Without a cap in machines, three 4-GPU machines hold it within the 16 slots, and
+    # the 4 slots left take its spare.
     roomy = g5_pool(offerings={"instance_types": sizes, "max_slots": 16})
-    assert launched(decide(roomy, Fleet(), snapshot(pending=[job("exp", 12)]), NOW)) == {
-        "g5.12xlarge": 3
-    }
+    plan = decide(roomy, Fleet(), snapshot(pending=[job("exp", 12)]), NOW)
+    assert launched(plan) == {"g5.12xlarge": 4}
+    assert [launch.cause for launch in plan.launches].count("gang_spare") == 1
 
 
 def test_a_task_over_the_cap_in_slots_is_unschedulable() -> None:

@@ -1,7 +1,7 @@
 """Packing's machines are the ones the master places work on: what ``decide`` launches
 for a pool of 1-, 4- and 8-GPU offerings, registered on the simulator's master (which
 follows Determined's ``fitting.go`` with code of its own), runs every task at once and
-leaves no machine unused."""
+leaves no machine unused but a gang's spare."""
 
 from __future__ import annotations
 
@@ -42,4 +42,9 @@ def test_the_master_places_every_task_on_the_machines_packing_launched(
     master.schedule(0)
 
     assert master.queue == []
-    assert all(agent.used > 0 for agent in master.agents.values())
+    # A gang on three or more new machines has a spare of their size, which stays free:
+    # here the gangs of 12, 20 and 28 slots, on 4-GPU machines (no 8-GPU one divides them).
+    spares = [G5[launch.offerings[0].instance_type] for launch in plan.launches if not launch.tasks]
+    assert spares == [4] * sum(1 for slots in sizes if slots in (12, 20, 28))
+    assert all(launch.cause == "gang_spare" for launch in plan.launches if not launch.tasks)
+    assert sorted(a.slots for a in master.agents.values() if a.used == 0) == spares

@@ -79,6 +79,10 @@ class Demand:
     budget: Budget | None = None
     # The tasks placed on each machine still booting, by its index in ``existing``.
     placed_on: dict[int, list[str]] = field(default_factory=dict)
+    # Tasks over one machine placed partly on registered agents, partly on machines still
+    # booting, with the size of their machines: the master may give those agents to
+    # smaller tasks while the rest boot (``gang_spares``).
+    gangs_part_registered: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def new_instances(self) -> list[list[str]]:
@@ -435,6 +439,8 @@ class _Placement:
                 budget.hold(task.task, task.slots)
             demand.waiting.append((task, why))
             return
+        if booting and idle:
+            demand.gangs_part_registered.append((task.task, size))
         for index in booting:
             self.free[index] = 0
             demand.placed_on.setdefault(index, []).append(task.task)

@@ -11,7 +11,9 @@ from dynagent.core.fleet import Mark
 from dynagent.core.offerings import Offering
 
 # Low-cardinality names for why a plan launches or terminates: metric dimensions.
-LAUNCH_CAUSES = ("demand", "zero_slot", "min_instances", "headroom", "interrupted")
+LAUNCH_CAUSES = (
+    "demand", "gang_spare", "zero_slot", "min_instances", "headroom", "interrupted",
+)  # fmt: skip
 TERMINATION_CAUSES = (
     "idle", "never_registered", "disconnected", "stopped", "spot_cancelled", "over_max",
     "interrupted", "drifted", "other",

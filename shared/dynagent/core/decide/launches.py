@@ -1,6 +1,6 @@
 """New machines: for the pending tasks, where the master will put them (``packing``),
-into the pool's reservations first; then for zero-slot work, min_instances and warm
-headroom. Held, each saying why, while
+into the pool's reservations first, with a spare for a large gang (``gang_spares``);
+then for zero-slot work, min_instances and warm headroom. Held, each saying why, while
 no agent could reach the master.
 """
 
@@ -11,6 +11,7 @@ from datetime import datetime
 from dynagent.core.boot.master import MasterUrlError, master_address
 from dynagent.core.config import Pool
 from dynagent.core.decide.context import Context, live_count, request_is_capacity, slots_left
+from dynagent.core.decide.gang_spares import gang_spare_launches
 from dynagent.core.decide.headroom import headroom_launches
 from dynagent.core.decide.warm_pool import start_instead
 from dynagent.core.decide.zero_slot import zero_slot_launches
@@ -47,6 +48,7 @@ def plan_launches(
     catalog = ctx.catalog
     launches = [*used, *launches_for_demand(catalog, demand.new_machines)]
     live += len(used)
+    launches += gang_spare_launches(ctx, pending, demand, live + len(demand.new_machines))
     smallest = ctx.smallest
     launches += zero_slot_launches(ctx, demand, smallest, live, len(launches))
     if smallest is None:

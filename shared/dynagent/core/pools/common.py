@@ -135,6 +135,9 @@ class ProvisionerFields(StrictModel):
     # Ours: free slots kept ready or starting on the pool's smallest shape, so short
     # tasks start without waiting for a boot.
     warm_headroom_slots: int = Field(default=0, ge=0)
+    # Ours: one machine more for a task that needs several new ones, so it starts on the
+    # first of them to register (dynagent.core.decide.gang_spares).
+    gang_spares: bool = True
     # Ours: let offerings mix GPU models (tasks must run on any of them).
     mixed_gpu_models: bool = False
     # Ours: terminate an idle agent only once the master drains it (``dynagent bridge``
