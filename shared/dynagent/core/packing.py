@@ -66,6 +66,21 @@ class NewMachine:
     used: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class GangPlacement:
+    """A task over one machine, placed: on ``new`` new machines of ``shape`` (of ``size``
+    slots) besides the others; ``part_registered`` when it waits on registered agents
+    and on machines still booting, whose agents the master may give to smaller tasks
+    while the rest boot."""
+
+    task: str
+    slots: int
+    size: int
+    shape: Shape | None
+    new: int
+    part_registered: bool
+
+
 @dataclass
 class Demand:
     # One entry per machine to launch, with the tasks it is for.
@@ -79,10 +94,8 @@ class Demand:
     budget: Budget | None = None
     # The tasks placed on each machine still booting, by its index in ``existing``.
     placed_on: dict[int, list[str]] = field(default_factory=dict)
-    # Tasks over one machine placed partly on registered agents, partly on machines still
-    # booting, with the size of their machines: the master may give those agents to
-    # smaller tasks while the rest boot (``gang_spares``).
-    gangs_part_registered: list[tuple[str, int]] = field(default_factory=list)
+    # Where each task over one machine goes (for ``gang_spares``).
+    gangs: list[GangPlacement] = field(default_factory=list)
 
     @property
     def new_instances(self) -> list[list[str]]:
@@ -439,8 +452,9 @@ class _Placement:
                 budget.hold(task.task, task.slots)
             demand.waiting.append((task, why))
             return
-        if booting and idle:
-            demand.gangs_part_registered.append((task.task, size))
+        demand.gangs.append(
+            GangPlacement(task.task, task.slots, size, shape, new, bool(booting and idle))
+        )
         for index in booting:
             self.free[index] = 0
             demand.placed_on.setdefault(index, []).append(task.task)

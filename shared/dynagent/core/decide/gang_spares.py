@@ -29,40 +29,36 @@ a second longer than Determined's on half the boot seeds (``make bench``).
 
 from __future__ import annotations
 
-from collections import Counter
-
 from dynagent.core.decide.context import Context
 from dynagent.core.offerings import Shape
-from dynagent.core.packing import Demand
+from dynagent.core.packing import Demand, GangPlacement
 from dynagent.core.plan import Launch
-from dynagent.core.snapshot import PendingTask
 
 # New machines for one task from which it gets a spare at launch. Below it, a spare cost
 # more than it saved on the shared traces (cluster07's gangs of two machines).
 GANG_SPARE_FROM = 3
 
 
-def gang_spare_launches(
-    ctx: Context, pending: tuple[PendingTask, ...], demand: Demand, live: int
-) -> list[Launch]:
+def gang_spare_launches(ctx: Context, demand: Demand, live: int) -> list[Launch]:
     """A spare machine for each large gang launched and each gang part registered, where
     no whole machine of its size is left unused; ``live`` counts the machines the pool
     has and this plan launches already."""
-    if not ctx.provider.gang_spares:
-        return []
-    wanted = _large_gangs_launched(pending, demand)
-    wanted += _gangs_part_registered(ctx, demand)
-    if not wanted:
+    if not demand.gangs or not ctx.provider.gang_spares:
         return []
     unused = {size for size, free in demand.free_after if free == size > 0}
     cap = ctx.provider.machine_cap
     room = None if cap is None else cap - live
     budget = demand.budget
+    cheapest = _cheapest_by_size(ctx)
     launches: list[Launch] = []
-    for shape, reason in wanted:
+    for gang in demand.gangs:
+        shape = gang.shape or cheapest.get(gang.size)
+        reason = _why_spare(gang)
+        if shape is None or reason is None or shape.slots in unused:
+            continue
         if room is not None and room <= 0:
             break
-        if shape.slots in unused or (budget is not None and budget.count(shape.slots) <= 0):
+        if budget is not None and budget.count(shape.slots) <= 0:
             continue
         launches.append(
             Launch(reason=reason, offerings=ctx.catalog.fallbacks(shape), cause="gang_spare")
@@ -75,44 +71,25 @@ def gang_spare_launches(
     return launches
 
 
-def _large_gangs_launched(
-    pending: tuple[PendingTask, ...], demand: Demand
-) -> list[tuple[Shape, str]]:
-    """The shape and reason of a spare for each gang with GANG_SPARE_FROM new machines."""
-    slots = {task.task: task.slots for task in pending}
-    new: Counter[str] = Counter()
-    shapes: dict[str, Shape] = {}
-    for machine in demand.new_machines:
-        tasks = machine.tasks
-        # A gang's machine holds that one task, which is larger than the machine.
-        if len(tasks) == 1 and slots.get(tasks[0], 0) > machine.shape.slots:
-            new[tasks[0]] += 1
-            shapes[tasks[0]] = machine.shape
-    return [
-        (
-            shapes[task],
-            f"spare for {task} ({slots[task]} slots on {count} new machines): it starts on "
-            "the first of them to register",
+def _why_spare(gang: GangPlacement) -> str | None:
+    """Why the gang gets a spare, or None."""
+    if gang.new >= GANG_SPARE_FROM:
+        return (
+            f"spare for {gang.task} ({gang.slots} slots on {gang.new} new machines): it "
+            "starts on the first of them to register"
         )
-        for task, count in new.items()
-        if count >= GANG_SPARE_FROM
-    ]
+    if gang.part_registered:
+        return (
+            f"spare for {gang.task}: some of its agents registered while the rest boot, "
+            "and the master may give those to smaller tasks meanwhile"
+        )
+    return None
 
 
-def _gangs_part_registered(ctx: Context, demand: Demand) -> list[tuple[Shape, str]]:
-    """The shape and reason of a spare for each gang waiting on both registered agents and
-    machines still booting."""
+def _cheapest_by_size(ctx: Context) -> dict[int, Shape]:
     cheapest: dict[int, Shape] = {}
     for shape in ctx.shapes:
         held = cheapest.get(shape.slots)
         if held is None or shape.price < held.price:
             cheapest[shape.slots] = shape
-    return [
-        (
-            cheapest[size],
-            f"spare for {task}: some of its agents registered while the rest boot, and "
-            "the master may give those to smaller tasks meanwhile",
-        )
-        for task, size in demand.gangs_part_registered
-        if size in cheapest
-    ]
+    return cheapest

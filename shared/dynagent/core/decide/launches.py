@@ -48,7 +48,7 @@ def plan_launches(
     catalog = ctx.catalog
     launches = [*used, *launches_for_demand(catalog, demand.new_machines)]
     live += len(used)
-    launches += gang_spare_launches(ctx, pending, demand, live + len(demand.new_machines))
+    launches += gang_spare_launches(ctx, demand, live + len(demand.new_machines))
     smallest = ctx.smallest
     launches += zero_slot_launches(ctx, demand, smallest, live, len(launches))
     if smallest is None:
