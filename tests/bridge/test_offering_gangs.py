@@ -12,8 +12,9 @@ the largest was allowed only while ``machines x 8 - slots`` left slack: 60 x 8 -
 none, so no 4-GPU machine was launched and the three tasks waited forever.
 
 The local master admits the three experiments at zero agents; one bridge pass and one
-reconcile launch the 15 machines; they boot and register on the harness's clock, and
-the master places each gang on whole 4-GPU agents, with nothing more launched.
+reconcile launch the 15 machines and one spare of their size (``gang_spares``); they
+boot and register on the harness's clock, and the master places each gang on whole
+4-GPU agents, with nothing more launched.
 """
 
 from __future__ import annotations
@@ -174,10 +175,10 @@ def test_gangs_get_the_machines_determined_places_them_on_in_one_reconcile(case:
     assert sorted(task.slots for task in sent.pending) == sorted(GANGS)
     cluster.deliver()
     assert cluster.applied_seqs() == {sent.seq}
-    # 3 + 5 + 7 machines of 4 GPUs, every one the pool's and managed, and nothing else:
-    # on the old rule nothing would be there at all.
+    # 3 + 5 + 7 machines of 4 GPUs and one spare of that size, every one the pool's and
+    # managed, and nothing else: on the old rule nothing would be there at all.
     machines = cluster.machines()
-    assert Counter(machines.values()) == {gang: sum(s // gang.gpus for s in GANGS)}
+    assert Counter(machines.values()) == {gang: sum(s // gang.gpus for s in GANGS) + 1}
     assert set(machines) == set(cluster.cloud.alive()) == set(cluster.born)
     launched = dict(cluster.born)
 
@@ -185,7 +186,8 @@ def test_gangs_get_the_machines_determined_places_them_on_in_one_reconcile(case:
     cluster.run_until(lambda: len(cluster.running()) == 3, "the three gangs running")
     assert cluster.born == launched  # no launch while they booted
 
-    # Each gang on whole 4-GPU agents of its own: 3, 5 and 7, every device of each.
+    # Each gang on whole 4-GPU agents of its own: 3, 5 and 7, every device of each; the
+    # agent none of them took is the spare.
     placed: set[str] = set()
     for task, slots in trials.items():
         placement = cluster.master.placement(task)
@@ -193,11 +195,13 @@ def test_gangs_get_the_machines_determined_places_them_on_in_one_reconcile(case:
         assert all(devices == list(range(gang.gpus)) for devices in placement.values())
         assert not placed & set(placement)
         placed |= set(placement)
-    assert placed == cluster.agents == set(launched)
-    # The master says the same to the bridge: 15 agents of 4 slots, all 4 used.
+    assert placed < cluster.agents == set(launched)
+    assert len(cluster.agents - placed) == 1
+    # The master says the same to the bridge: 15 agents of 4 slots all used, one free.
     latest = cluster.sink.sent[-1]
     assert latest.pending == ()
-    assert Counter((a.slots, a.used_slots) for a in latest.agents) == {(4, 4): len(launched)}
+    used = Counter((a.slots, a.used_slots) for a in latest.agents)
+    assert used == {(4, 4): len(launched) - 1, (4, 0): 1}
 
     # A while on, nothing more launched, nothing terminated or killed, nothing lost.
     cluster.run(timedelta(minutes=2))

@@ -156,6 +156,22 @@ def test_a_stale_snapshot_is_ignored(functions: GcpFunctions, compute: LocalComp
     assert managed(compute) == []
 
 
+def test_a_gang_gets_its_vms_and_one_spare_once(
+    functions: GcpFunctions, compute: LocalCompute
+) -> None:
+    # A 12-slot trial on 4-GPU VMs: three for it and a spare (gang_spares); the event
+    # delivered again, and the next snapshot with the trial still waiting, add none.
+    first = event(snapshot(7, pool="t4", pending=[("trial-9.0", 12)]).to_json().encode())
+    functions.reconcile_event(first)
+    functions.reconcile_event(first)
+    names = sorted(vm["name"] for vm in managed(compute))
+    assert names == [f"det-agent-t4-7-{k}" for k in range(4)]
+
+    later = snapshot(8, pool="t4", pending=[("trial-9.0", 12)])
+    functions.reconcile_event(event(later.to_json().encode()))
+    assert len(managed(compute)) == 4
+
+
 def test_registration_idleness_and_the_sweep(
     functions: GcpFunctions, compute: LocalCompute
 ) -> None:
