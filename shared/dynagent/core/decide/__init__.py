@@ -7,8 +7,8 @@ says why.
 ``decide`` applies the rules in order, each in a module of its own: ``spot_requests``,
 the fleet ``walk`` (with the ``removals`` it makes), ``idle`` reaping, ``trim`` to the
 caps, ``launches`` (with ``gang_spares``, ``zero_slot`` work and warm ``headroom``) and
-``marks``. The
-``warm_pool`` of stopped machines takes part in the walk, the reaping and the launches.
+``marks``. The ``warm_pool`` of stopped machines takes part in the walk, the reaping and
+the launches.
 ``context`` holds one decision's inputs and what the rules share.
 """
 

@@ -32,7 +32,6 @@ boot seeds 0 to 3; with them it is equal on seeds 0 to 11, for 0.07 % fewer GPU-
 from __future__ import annotations
 
 from dynagent.core.decide.context import Context
-from dynagent.core.offerings import Shape
 from dynagent.core.packing import Demand, GangPlacement
 from dynagent.core.plan import Launch
 
@@ -52,11 +51,10 @@ def gang_spare_launches(ctx: Context, demand: Demand, live: int) -> list[Launch]
     cap = ctx.provider.machine_cap
     room = None if cap is None else cap - live
     budget = demand.budget
-    cheapest = _cheapest_by_size(ctx)
     launches: list[Launch] = []
     for gang in demand.gangs:
-        shape = gang.shape or cheapest.get(gang.size)
-        reason = _why_spare(gang)
+        # Packing's cheapest shape of the gang's size; none where no such shape launches.
+        shape, reason = gang.shape, _why_spare(gang)
         if shape is None or reason is None or shape.slots in unused:
             continue
         if room is not None and room <= 0:
@@ -87,12 +85,3 @@ def _why_spare(gang: GangPlacement) -> str | None:
             "and the master may give those to smaller tasks meanwhile"
         )
     return None
-
-
-def _cheapest_by_size(ctx: Context) -> dict[int, Shape]:
-    cheapest: dict[int, Shape] = {}
-    for shape in ctx.shapes:
-        held = cheapest.get(shape.slots)
-        if held is None or shape.price < held.price:
-            cheapest[shape.slots] = shape
-    return cheapest
