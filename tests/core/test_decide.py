@@ -196,11 +196,11 @@ SCENARIOS = [
         waiting=("b",),
     ),
     Scenario(
-        "a gang task waits rather than launching part of itself",
+        "a gang at max_instances gets what room there is, and smaller tasks take it meanwhile",
         pool={"max_instances": 2},
         fleet=fleet(agent_instance("i-1")),
         snapshot=pending(("big", 8), ("small", 2), agents=(busy("i-1"),)),
-        launches={"pending tasks: small": 1},
+        launches={"pending tasks: big, small": 1},
         waiting=("big",),
     ),
     Scenario(

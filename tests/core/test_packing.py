@@ -93,11 +93,12 @@ def test_gang_task_does_not_share_instances_with_small_tasks() -> None:
     assert demand.new_instances == [["big"], ["big"], ["small"]]
 
 
-def test_gang_task_is_all_or_nothing() -> None:
-    # 3 instances needed, only 2 of room: none are started; the small task still is.
+def test_a_gang_at_the_cap_gets_the_room_there_is() -> None:
+    # 3 instances needed, only 2 of room: both are launched for it, and the small task
+    # takes one meanwhile, as the master starts it there while the gang cannot start.
     demand = packed([task("big", 12), task("small", 2)], room=2)
 
-    assert demand.new_instances == [["small"]]
+    assert demand.new_instances == [["big", "small"], ["big"]]
     assert [t.task for t, _ in demand.waiting] == ["big"]
 
 
@@ -169,6 +170,8 @@ def _reference_pack(
     tasks: list[list[str]] = [[] for _ in range(arriving)]
     opened = 0
     waiting = []
+    # Machines a gang waiting at the cap took, open to smaller tasks meanwhile.
+    claimed: set[int] = set()
     for item in sorted(pending, key=lambda t: -t.slots):
         if item.slots <= slots:
             fits = [i for i, f in enumerate(free) if f >= item.slots]
@@ -186,9 +189,17 @@ def _reference_pack(
             tasks[index].append(item.task)
         else:
             need = item.slots // slots
-            empty = [i for i, f in enumerate(free) if f == slots][:need]
+            empty = [i for i, f in enumerate(free) if f == slots and i not in claimed][:need]
             missing = need - len(empty)
             if missing > room - opened:
+                for _ in range(room - opened):
+                    free.append(slots)
+                    tasks.append([])
+                    empty.append(len(free) - 1)
+                opened = room
+                for index in empty:
+                    claimed.add(index)
+                    tasks[index].append(item.task)
                 waiting.append(item.task)
                 continue
             for _ in range(missing):

@@ -175,8 +175,8 @@ def test_a_task_over_the_cap_in_slots_is_unschedulable() -> None:
 def test_an_idle_agent_a_blocked_lower_priority_task_fits_on_is_reaped() -> None:
     # The 16-slot task (priority 10) waits at max_slots; the master starts nothing of
     # priority 42 meanwhile, so the 1-slot task will not take the idle agent: it is reaped
-    # at its idle period, as if nothing were pending.
-    # A busy g5.48xlarge leaves 7 of the 16 slots: no fit of the 16 slots within them.
+    # at its idle period, as if nothing were pending. Its 8 slots of room go to one of
+    # the two g5.48xlarge the 16-slot task needs; the busy one is the other, once free.
     agents, fleet = idle_fleet(("g5.xlarge", 1), idle_minutes=25)
     busy = Agent(id="i-busy", slots=8, used_slots=8)
     fleet = Fleet((*fleet.instances, *fleet_of([busy], {"i-busy": "g5.48xlarge"}).instances))
@@ -189,7 +189,9 @@ def test_an_idle_agent_a_blocked_lower_priority_task_fits_on_is_reaped() -> None
     assert any(
         "small" in why and "waits behind big (priority 10)" in why for why in blocked.waiting
     )
-    assert blocked.launches == ()
+    assert [(launch.tasks, launch.offerings[0].instance_type) for launch in blocked.launches] == [
+        (("big",), "g5.48xlarge")
+    ]
 
 
 def test_the_same_idle_agent_is_kept_when_nothing_higher_waits() -> None:
@@ -317,13 +319,59 @@ def test_at_the_cap_in_slots_the_room_left_is_held_for_the_large_task() -> None:
     assert plan.pending_at_max
     waits = dict(why.split(" ", 1) for why in plan.waiting)
     assert "pool is at max_slots (80)" in waits["big"]
-    assert all("held for big (8 slots)" in waits[f"s{k}"] for k in range(3))
+    assert all("held for machines of 8 slots, for big" in waits[f"s{k}"] for k in range(3))
     # With room for it, the large task gets its machine and the small ones theirs.
     roomy = _config_pool(11)
     assert launched(decide(roomy, cloud, snapshot(pending=pending, agents=agents), NOW)) == {
         "g5.48xlarge": 1,
         "g5.xlarge": 3,
     }
+
+
+def test_a_gang_at_the_cap_in_slots_gets_its_machines_as_the_room_allows() -> None:
+    # 32 busy g5.xlarge and 2 busy g5.48xlarge leave 32 of 80 GPUs. The 64-GPU task
+    # needs eight g5.48xlarge: the room takes four of them now, and nothing smaller is
+    # bought; the 8-GPU and 1-GPU tasks behind it are put on those four until the gang
+    # can start, as the master will put them.
+    small = agents_of("g5.xlarge", 32, "i-one", used=1)
+    large = agents_of("g5.48xlarge", 2, "i-eight", used=8)
+    types = {a.id: "g5.xlarge" for a in small} | {a.id: "g5.48xlarge" for a in large}
+    cloud = fleet_of([*small, *large], types)
+    pending = [job("gang", 64), job("eight", 8), *(job(f"s{k}", 1) for k in range(5))]
+    view = snapshot(pending=pending, agents=[*small, *large])
+
+    plan = decide(_config_pool(10), cloud, view, NOW)
+
+    assert launched(plan) == {"g5.48xlarge": 4}
+    assert sorted(launch.tasks for launch in plan.launches) == [
+        ("gang",),
+        ("gang",),
+        ("gang", "eight"),
+        ("gang", "s0", "s1", "s2", "s3", "s4"),
+    ]
+    waits = dict(why.split(" ", 1) for why in plan.waiting)
+    assert list(waits) == ["gang"]
+    assert "pool is at max_slots (80); 4 of its 8 machines of 8 slots" in waits["gang"]
+
+
+def test_idle_machines_a_gang_waits_on_at_the_cap_are_kept() -> None:
+    # Four idle g5.48xlarge (past their idle period) and four busy ones fill the 64 slots
+    # of the cap: the 64-GPU task counts on the idle four, so they stay for it, where
+    # reaping them would only launch four like them again.
+    idle, cloud = idle_fleet(("g5.48xlarge", 4), idle_minutes=25)
+    busy = agents_of("g5.48xlarge", 4, "i-busy", used=8)
+    busy_fleet = fleet_of(busy, {a.id: "g5.48xlarge" for a in busy})
+    cloud = Fleet((*cloud.instances, *busy_fleet.instances))
+    view = snapshot(pending=[job("gang", 64)], agents=[*idle, *busy])
+
+    plan = decide(_config_pool(8), cloud, view, NOW)
+
+    assert plan.terminations == ()
+    assert plan.launches == ()
+    assert "4 of its 8 machines of 8 slots" in plan.waiting[0]
+    # Nothing pending: the same idle machines go.
+    unwanted = decide(_config_pool(8), cloud, snapshot(agents=[*idle, *busy]), NOW)
+    assert len(unwanted.terminations) == 4
 
 
 def test_validate_states_the_caps_it_derived() -> None:
