@@ -7,6 +7,11 @@ size. Replayed for boot seeds 0 to 3, under Determined's policy, dynagent's, and
 dynagent's with ``drain_idle_agents`` (the bridge consolidates). The target: on every
 seed, dynagent's p95 wait at most Determined's at no more than its cost, as the pool is
 written (no drains).
+
+cluster05's largest task takes one machine. Beside it, gangs at a cap: cluster02 (tasks
+of up to 64 GPUs) on the same offerings at ``max_instances: 20`` (160 GPUs), where a
+64-GPU task waits for eight g5.48xlarge; skipped where only the clone's trace is at
+hand.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ resource_pools:
       drain_idle_agents: %s
 """
 RUNS = (("determined", "false"), ("dynagent", "false"), ("dynagent_drains", "true"))
+GANG_TRACE = "cluster02"
+GANG_MAX_INSTANCES = 20
 
 
 def run() -> dict[str, Any]:
@@ -68,6 +75,7 @@ def run() -> dict[str, Any]:
             flush=True,
         )
     return {
+        "gangs": _gangs(),
         "trace": TRACE,
         "pool": "g5.xlarge | g5.12xlarge | g5.48xlarge, instance_type g5.48xlarge, "
         "max_instances 10 (a cap of 80 slots, machines of any size)",
@@ -79,6 +87,45 @@ def run() -> dict[str, Any]:
             "with_drains_every_seed": all(
                 _no_worse(s["dynagent_drains"], s["determined"]) for s in seeds.values()
             ),
+        },
+    }
+
+
+def _gangs() -> dict[str, Any]:
+    """cluster02's gangs at a cap of 160 GPUs, under Determined's policy and dynagent's."""
+    path = traces_dir() / f"{GANG_TRACE}.csv"
+    if not path.is_file():
+        print(f"  gangs: no {path}: skipped")
+        return {"skipped": f"no {path}"}
+    trace = load_trace(path)
+    text = POOL_YAML.replace("max_instances: 10", f"max_instances: {GANG_MAX_INSTANCES}")
+    config = parse_config(text % "false")
+    pool = config.pool("capped")
+    limit = limit_gpu_seconds(trace, pool_sizes(pool), pool.provider.max_instances)
+    seeds: dict[str, dict[str, Any]] = {}
+    for seed in SEEDS:
+        options = RunOptions(boot=dataclasses.replace(BootModel(), seed=seed))
+        found: dict[str, Any] = {}
+        for policy in ("determined", "dynagent"):
+            column = summarise(simulate(trace, pool, config.settings, policy, options), limit)
+            found[policy] = {"cost": round(column.cost), "wait_p95_s": column.wait_p95}
+        seeds[str(seed)] = found
+        ours, theirs = found["dynagent"], found["determined"]
+        print(
+            f"  gangs, {GANG_TRACE} at {GANG_MAX_INSTANCES} machines, seed {seed}: dynagent "
+            f"${ours['cost']:,} p95 {ours['wait_p95_s']:,} s; determined "
+            f"${theirs['cost']:,} p95 {theirs['wait_p95_s']:,} s",
+            flush=True,
+        )
+    return {
+        "trace": GANG_TRACE,
+        "pool": f"as above, max_instances {GANG_MAX_INSTANCES} "
+        f"(a cap of {8 * GANG_MAX_INSTANCES} slots)",
+        "seeds": seeds,
+        "targets": {
+            "p95_at_most_determined_at_no_more_cost_every_seed": all(
+                _no_worse(s["dynagent"], s["determined"]) for s in seeds.values()
+            )
         },
     }
 

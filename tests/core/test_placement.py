@@ -66,12 +66,17 @@ def idle_fleet(*groups: tuple[str, int], idle_minutes: float = 5) -> tuple[list[
 @pytest.mark.parametrize(("slots", "machines"), [(12, 3), (20, 5), (28, 7)])
 def test_a_gang_no_8_gpu_machine_divides_goes_on_4_gpu_machines(slots: int, machines: int) -> None:
     plan = decide(g5_pool(), Fleet(), snapshot(pending=[job("exp", slots)]), NOW)
+    fill = [launch for launch in plan.launches if launch.cause == "cap_fill"]
+    plan = dataclasses.replace(plan, launches=plan.launches[: len(plan.launches) - len(fill)])
 
     assert plan.unschedulable == ()
     assert launched(plan) == {"g5.12xlarge": machines + 1}
     # One more than the gang's: it starts on the first of them to register (gang_spares).
     assert [launch.tasks for launch in plan.launches] == [("exp",)] * machines + [()]
     assert plan.launches[-1].cause == "gang_spare"
+    # Less than 30 % of the 40 slots left (28 + 4 of them taken): the rest is filled.
+    left = 40 - 4 * (machines + 1)
+    assert len(fill) == (left if left < 12 else 0)
 
 
 def test_a_16_slot_gang_takes_four_idle_4_gpu_agents_and_launches_nothing() -> None:
@@ -320,12 +325,11 @@ def test_at_the_cap_in_slots_the_room_left_is_held_for_the_large_task() -> None:
     waits = dict(why.split(" ", 1) for why in plan.waiting)
     assert "pool is at max_slots (80)" in waits["big"]
     assert all("held for machines of 8 slots, for big" in waits[f"s{k}"] for k in range(3))
-    # With room for it, the large task gets its machine and the small ones theirs.
-    roomy = _config_pool(11)
-    assert launched(decide(roomy, cloud, snapshot(pending=pending, agents=agents), NOW)) == {
-        "g5.48xlarge": 1,
-        "g5.xlarge": 3,
-    }
+    # With room for it, the large task gets its machine and the small ones theirs (and
+    # the one slot left of 88 is filled: cap_fill).
+    roomy = decide(_config_pool(11), cloud, snapshot(pending=pending, agents=agents), NOW)
+    assert [launch.cause for launch in roomy.launches].count("cap_fill") == 1
+    assert launched(roomy) == {"g5.48xlarge": 1, "g5.xlarge": 4}
 
 
 def test_a_gang_at_the_cap_in_slots_gets_its_machines_as_the_room_allows() -> None:
@@ -382,6 +386,10 @@ def test_validate_states_the_caps_it_derived() -> None:
     assert (
         "  caps: 80 slots (max_instances 10 x the 8 of instance_type), machines of any "
         "size within it" in lines
+    )
+    assert (
+        "  near the cap: a pass that launches with fewer than 24 slots left (30% of 80) "
+        "launches the rest too, the cheapest per GPU, reaped when idle (fill_near_cap)" in lines
     )
     capped = CLUSTER05_POOL.format(max_instances=10, extra=", max_slots: 40, max_machines: 12")
     lines = describe_config(parse_config(capped))

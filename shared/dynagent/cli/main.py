@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -14,6 +15,7 @@ from dynagent.cli.doctor import command as doctor_command
 from dynagent.cli.errors import explain, reaching
 from dynagent.core.boot.master import master_address
 from dynagent.core.config import AwsProvider, Config, ProviderConfig
+from dynagent.core.decide.cap_fill import FILL_WITHIN, fill_shapes
 from dynagent.core.durations import format_duration
 from dynagent.core.offerings import Catalog
 from dynagent.core.prices import AWS_PRICES_REGION, GCE_PRICES_REGION
@@ -188,6 +190,19 @@ def describe_config(config: Config) -> list[str]:
             + (", spot" if p.spot else "")
         )
         lines.append(f"  caps: {_caps(p)}")
+        cap = p.slot_cap
+        if (
+            cap
+            and p.offerings is not None
+            and p.fill_near_cap
+            and fill_shapes(p.catalog().shapes())
+        ):
+            near = math.ceil(FILL_WITHIN * cap)
+            lines.append(
+                f"  near the cap: a pass that launches with fewer than {near} slots left "
+                f"({FILL_WITHIN:.0%} of {cap}) launches the rest too, the cheapest "
+                "per GPU, reaped when idle (fill_near_cap)"
+            )
         if p.offerings is not None:
             lines += [f"  offers {line}" for line in _offerings(p.catalog())]
             lines += [f"  {note}" for note in _price_source(p)]

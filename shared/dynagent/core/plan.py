@@ -12,7 +12,8 @@ from dynagent.core.offerings import Offering
 
 # Low-cardinality names for why a plan launches or terminates: metric dimensions.
 LAUNCH_CAUSES = (
-    "demand", "gang_spare", "zero_slot", "min_instances", "headroom", "interrupted",
+    "demand", "gang_spare", "cap_fill", "zero_slot", "min_instances", "headroom",
+    "interrupted",
 )  # fmt: skip
 TERMINATION_CAUSES = (
     "idle", "never_registered", "disconnected", "stopped", "spot_cancelled", "over_max",

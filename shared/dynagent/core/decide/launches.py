@@ -1,6 +1,7 @@
 """New machines: for the pending tasks, where the master will put them (``packing``),
-into the pool's reservations first, with a spare for a large gang (``gang_spares``);
-then for zero-slot work, min_instances and warm headroom. Held, each saying why, while
+into the pool's reservations first, with a spare for a large gang (``gang_spares``) and
+the rest of the cap near it (``cap_fill``); then for zero-slot work, min_instances and
+warm headroom. Held, each saying why, while
 no agent could reach the master.
 """
 
@@ -10,6 +11,7 @@ from datetime import datetime
 
 from dynagent.core.boot.master import MasterUrlError, master_address
 from dynagent.core.config import Pool
+from dynagent.core.decide.cap_fill import cap_fill_launches
 from dynagent.core.decide.context import Context, live_count, request_is_capacity, slots_left
 from dynagent.core.decide.gang_spares import gang_spare_launches
 from dynagent.core.decide.headroom import headroom_launches
@@ -48,7 +50,10 @@ def plan_launches(
     catalog = ctx.catalog
     launches = [*used, *launches_for_demand(catalog, demand.new_machines)]
     live += len(used)
+    for_work = len(launches)
     launches += gang_spare_launches(ctx, demand, live + len(demand.new_machines))
+    if len(used) == len(places):  # free reserved places are the slack already
+        launches += cap_fill_launches(ctx, demand, for_work)
     smallest = ctx.smallest
     launches += zero_slot_launches(ctx, demand, smallest, live, len(launches))
     if smallest is None:

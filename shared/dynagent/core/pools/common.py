@@ -138,6 +138,9 @@ class ProvisionerFields(StrictModel):
     # Ours: one machine more for a task that needs several new ones, so it starts on the
     # first of them to register (dynagent.core.decide.gang_spares).
     gang_spares: bool = True
+    # Ours: near its cap in GPUs, a pool that launches for waiting work launches the
+    # rest of the cap too (dynagent.core.decide.cap_fill).
+    fill_near_cap: bool = True
     # Ours: let offerings mix GPU models (tasks must run on any of them).
     mixed_gpu_models: bool = False
     # Ours: terminate an idle agent only once the master drains it (``dynagent bridge``
