@@ -52,12 +52,6 @@ def targets(results: dict[str, Any]) -> list[str]:
         for key, value in found.get("targets", {}).items():
             if isinstance(value, bool):
                 lines.append(f"  {name}.{key}: {'met' if value else 'NOT met'}")
-        # A scenario beside the benchmark's own (cap's gangs) has targets of its own.
-        for part, figures in found.items():
-            if isinstance(figures, dict) and isinstance(figures.get("targets"), dict):
-                for key, value in figures["targets"].items():
-                    if isinstance(value, bool):
-                        lines.append(f"  {name}.{part}.{key}: {'met' if value else 'NOT met'}")
         if name == "cold_start":
             for function, figures in found["functions"].items():
                 if "ratio_met" in figures:
