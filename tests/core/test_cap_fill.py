@@ -15,24 +15,16 @@ from dynagent.core.fleet import Fleet
 from dynagent.core.plan import Plan
 from dynagent.core.snapshot import Agent, PendingTask
 from tests.builders import NOW, agent_instance, snapshot, starting
+from tests.core.test_placement import CLUSTER05_POOL
 from tests.core.test_reservations import odcr, p4d_pool
 
 SLOTS = {"g5.xlarge": 1, "g5.12xlarge": 4, "g5.48xlarge": 8}
-POOL = """
-resource_pools:
-  - pool_name: g5
-    provider:
-      type: aws
-      region: us-east-1
-      image_id: ami-00000000000000000
-      instance_type: g5.48xlarge
-      max_instances: 10
-      offerings: {{instance_types: [g5.xlarge, g5.12xlarge, g5.48xlarge]}}{extra}
-"""
 
 
-def g5_pool(extra: str = "") -> object:
-    return parse_config(POOL.format(extra=extra)).pool("g5")
+def g5_pool(provider_line: str = "") -> object:
+    """The pool of test_placement (g5 1/4/8, max_instances 10), with one more field."""
+    text = CLUSTER05_POOL.format(max_instances=10, extra="")
+    return parse_config(text + provider_line).pool("g5")
 
 
 def busy_fleet(count: int, instance_type: str = "g5.xlarge") -> tuple[list[Agent], Fleet]:
@@ -101,7 +93,7 @@ def test_a_pass_that_launches_nothing_fills_nothing() -> None:
 
 def test_fill_near_cap_false_turns_it_off() -> None:
     agents, fleet = busy_fleet(57)
-    off = g5_pool("\n      fill_near_cap: false")
+    off = g5_pool("      fill_near_cap: false\n")
     plan = decide(off, fleet, snapshot(pending=tasks(1), agents=agents), NOW)
 
     assert by_cause(plan) == {("demand", "g5.xlarge"): 1}

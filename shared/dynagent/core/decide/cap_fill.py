@@ -54,7 +54,7 @@ def cap_fill_launches(ctx: Context, demand: Demand, for_work: int) -> list[Launc
     launches: list[Launch] = []
     near = f"within {room} slots of max_slots ({cap})"
     for shape in shapes:
-        count = min(budget.count(shape.slots), (budget.slots or 0) // shape.slots)
+        count = budget.count(shape.slots)
         if count <= 0:
             continue
         budget.spend(shape.slots, count)
