@@ -22,12 +22,12 @@ from typing import Any
 
 from simulator import traces_dir
 
-from dynagent.core.config import parse_config
+from dynagent.core.config import Config, parse_config
 from dynagent.simulate.boot import BootModel
 from dynagent.simulate.fitting import pool_sizes
 from dynagent.simulate.metrics import limit_gpu_seconds, summarise
 from dynagent.simulate.run import RunOptions, simulate
-from dynagent.simulate.trace import load_trace
+from dynagent.simulate.trace import Trace, load_trace
 
 TRACE = "cluster05"
 SEEDS = (0, 1, 2, 3)
@@ -54,19 +54,18 @@ def run() -> dict[str, Any]:
         print(f"  no {path}: skipped")
         return {"skipped": f"no {path}"}
     trace = load_trace(path)
-    configs = {name: parse_config(POOL_YAML % drains) for name, drains in RUNS}
-    capped = configs["dynagent"].pool("capped")
+    runs = {
+        name: (
+            parse_config(POOL_YAML % drains),
+            "determined" if name == "determined" else "dynagent",
+        )
+        for name, drains in RUNS
+    }
+    capped = runs["dynagent"][0].pool("capped")
     limit = limit_gpu_seconds(trace, pool_sizes(capped), capped.provider.max_instances)
     seeds: dict[str, dict[str, Any]] = {}
     for seed in SEEDS:
-        options = RunOptions(boot=dataclasses.replace(BootModel(), seed=seed))
-        found: dict[str, Any] = {}
-        for name, config in configs.items():
-            policy = "determined" if name == "determined" else "dynagent"
-            ran = simulate(trace, config.pool("capped"), config.settings, policy, options)
-            column = summarise(ran, limit)
-            found[name] = {"cost": round(column.cost), "wait_p95_s": column.wait_p95}
-        seeds[str(seed)] = found
+        found = seeds[str(seed)] = _one_seed(trace, runs, limit, seed)
         ours, drains, theirs = found["dynagent"], found["dynagent_drains"], found["determined"]
         print(
             f"  seed {seed}: dynagent ${ours['cost']:,} p95 {ours['wait_p95_s']:,} s; "
@@ -106,14 +105,10 @@ def _gangs() -> dict[str, Any]:
     config = parse_config(text % "false")
     pool = config.pool("capped")
     limit = limit_gpu_seconds(trace, pool_sizes(pool), pool.provider.max_instances)
+    runs = {policy: (config, policy) for policy in ("determined", "dynagent")}
     seeds: dict[str, dict[str, Any]] = {}
     for seed in SEEDS:
-        options = RunOptions(boot=dataclasses.replace(BootModel(), seed=seed))
-        found: dict[str, Any] = {}
-        for policy in ("determined", "dynagent"):
-            column = summarise(simulate(trace, pool, config.settings, policy, options), limit)
-            found[policy] = {"cost": round(column.cost), "wait_p95_s": column.wait_p95}
-        seeds[str(seed)] = found
+        found = seeds[str(seed)] = _one_seed(trace, runs, limit, seed)
         ours, theirs = found["dynagent"], found["determined"]
         print(
             f"  gangs, {GANG_TRACE} at {GANG_MAX_INSTANCES} machines, seed {seed}: dynagent "
@@ -128,6 +123,19 @@ def _gangs() -> dict[str, Any]:
         "seeds": seeds,
         "met": all(_no_worse(s["dynagent"], s["determined"]) for s in seeds.values()),
     }
+
+
+def _one_seed(
+    trace: Trace, runs: dict[str, tuple[Config, str]], limit: int, seed: int
+) -> dict[str, dict[str, Any]]:
+    """Each run's cost and p95 wait on boot ``seed``; ``runs``: name to (config, policy)."""
+    options = RunOptions(boot=dataclasses.replace(BootModel(), seed=seed))
+    found: dict[str, dict[str, Any]] = {}
+    for name, (config, policy) in runs.items():
+        ran = simulate(trace, config.pool("capped"), config.settings, policy, options)
+        column = summarise(ran, limit)
+        found[name] = {"cost": round(column.cost), "wait_p95_s": column.wait_p95}
+    return found
 
 
 def _no_worse(ours: dict[str, Any], theirs: dict[str, Any]) -> bool:

@@ -446,7 +446,7 @@ class _Placement:
         ]
         for size in dividing:
             need = task.slots // size
-            booting = [i for i in self.empty.get(size, ()) if self.free[i] == size][:need]
+            booting = self._booting(size, need)
             shape = self.cheapest.get(size)
             if booting:
                 idle = self.fit.idle(size)[: need - len(booting)]
@@ -481,6 +481,10 @@ class _Placement:
             budget.spend(size, new)
             demand.new_machines += [NewMachine(shape, [task.task], size) for _ in range(new)]
 
+    def _booting(self, size: int, need: int) -> list[int]:
+        """Up to ``need`` machines of ``size`` still booting that nothing was put on."""
+        return [i for i in self.empty.get(size, ()) if self.free[i] == size][:need]
+
     def _gang_at_cap(self, task: PendingTask, size: int) -> str:
         """A gang the caps leave too little room for: its machines of ``size`` booting,
         idle or new, as many as there are, so each slot that frees goes to its shape;
@@ -496,7 +500,7 @@ class _Placement:
         """
         demand, budget = self.demand, self.budget
         need = task.slots // size
-        booting = [i for i in self.empty.get(size, ()) if self.free[i] == size][:need]
+        booting = self._booting(size, need)
         idle = self.fit.idle(size)[: need - len(booting)]
         new = max(0, min(need - len(booting) - len(idle), budget.count(size)))
         # Its booting and new machines stay open to the pass's smaller tasks: the master
