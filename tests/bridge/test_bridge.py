@@ -532,3 +532,25 @@ def test_a_master_before_0_23_1_is_read_through_the_first_job_queue_api(
         ("/api/v1/job-queues", "0", 200),
         ("/api/v1/job-queues", "100", 200),
     ]
+
+
+def test_a_pool_with_auto_headroom_is_told_the_tasks_that_came(
+    master: LocalDetermined, layout: Layout
+) -> None:
+    layout.cluster(master)
+    bridge, _ = bridge_for(master, layout.config(warm_headroom_slots="auto"))
+    clock = bridge.clock
+    assert isinstance(clock, Clock)
+    first = bridge.run_once()
+    assert layout.ours(first).arrivals == ()
+    # Only the pool that sizes its headroom from them is told: the others' messages stay.
+    assert all(s.arrivals is None for s in first if s.pool != POOL)
+    master.submit("trial-1", 1, POOL)
+    master.submit("trial-2", 1, POOL)
+    master.schedule()  # one runs on i-1 already, the other too: placed, still arrived
+    clock.now += timedelta(seconds=5)
+    (arrived,) = bridge.run_once()  # the neighbours did not change
+    assert [(a.age, a.slots, a.count) for a in arrived.arrivals or ()] == [(0, 1, 2)]
+    clock.now += timedelta(seconds=30)
+    beat = layout.ours(bridge.run_once())
+    assert [(a.age, a.count) for a in beat.arrivals or ()] == [(30, 2)]

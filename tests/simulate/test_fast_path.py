@@ -137,7 +137,7 @@ def test_a_launch_frees_an_idle_agent_that_min_instances_held(policy: str) -> No
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("headroom", [0, 2, 5])
+@pytest.mark.parametrize("headroom", [0, 2, 5, "auto"])
 @pytest.mark.parametrize("seed", [1, 4])
 def test_it_matches_with_several_types_warm_headroom_and_an_outage(
     policy: str, headroom: int, seed: int
@@ -168,3 +168,20 @@ def test_it_matches_when_headroom_is_kept_on_machines_of_several_slots(headroom:
     fast = run(jobs, "dynagent", shape, RunOptions())
     slow = run(jobs, "dynagent", shape, RunOptions(exhaustive=True))
     assert _facts(fast) == _facts(slow)
+
+
+@pytest.mark.parametrize("seed", [2, 5])
+def test_it_matches_with_headroom_sized_from_arrivals_and_a_warm_pool(seed: int) -> None:
+    # The room kept changes as arrivals leave the hour's window, with no change of the
+    # master: the fast path must wake for it as every heartbeat would.
+    shape = mixed_pool(
+        max_instances=12,
+        warm_headroom_slots="auto",
+        max_idle_agent_period="5m",
+        warm_pool={"max_stopped": 3, "max_stopped_period": "2h"},
+    )
+    jobs = random_trace(seed)
+    fast = run(jobs, "dynagent", shape, RunOptions())
+    slow = run(jobs, "dynagent", shape, RunOptions(exhaustive=True))
+    assert _facts(fast) == _facts(slow)
+    assert fast.launches > 0

@@ -21,6 +21,7 @@ from dynagent.core.plan import DrainNotice
 from dynagent.core.snapshot import Snapshot
 
 from .admission_check import admission_findings
+from .arrivals import ArrivalLog
 from .client import MasterClient, MasterRefused, MasterUnavailable
 from .drain import Drainer
 from .idle import IdleClock
@@ -78,6 +79,8 @@ class Bridge:
     # what they said, by pool and agent: the latest notice of each.
     drain_notices: Any = None
     handbacks: dict[str, dict[str, DrainNotice]] = field(default_factory=dict)
+    # By pool with warm_headroom_slots auto: the tasks that came lately (bridge.arrivals).
+    arrival_logs: dict[str, ArrivalLog] = field(default_factory=dict)
 
     def run_once(self) -> list[Snapshot]:
         """One pass; the snapshots it published (none when the master was not read)."""
@@ -258,6 +261,14 @@ class Bridge:
         """The pool's snapshot if it changed, an agent's idle period ran out or the
         heartbeat is due, else None."""
         drainer = self.drainers.setdefault(reading.name, Drainer())
+        provider = self.config.pool(reading.name).provider
+        log = (
+            self.arrival_logs.setdefault(reading.name, ArrivalLog())
+            if provider.headroom_auto
+            else None
+        )
+        if log is not None:
+            log.read(reading.tasks, now)
         agents = tuple(
             a.as_agent(
                 draining=drainer.reported_draining(a),
@@ -292,4 +303,5 @@ class Bridge:
             fitting_policy=reading.fitting_policy,
             # This bridge reports retirements: the functions need no lease on a drain.
             retires=True if drains else None,
+            arrivals=None if log is None else log.arrivals(now),
         )

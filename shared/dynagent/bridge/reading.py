@@ -12,9 +12,11 @@ its scheduler's (``schedulerFittingPolicy``).
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from dynagent.core.snapshot import Agent, PendingTask
@@ -53,12 +55,22 @@ _FITTING_POLICIES = {"FITTING_POLICY_BEST": "best", "FITTING_POLICY_WORST": "wor
 
 
 @dataclass(frozen=True)
+class TaskReading:
+    id: str
+    slots: int
+    registered: datetime | None = None
+
+
+@dataclass(frozen=True)
 class PoolReading:
     name: str
     type: str
     agents: tuple[AgentReading, ...] = ()
     pending: tuple[PendingTask, ...] = ()
     fitting_policy: str | None = None
+    # Every task of the pool the master allocates for, placed or not: (allocation id,
+    # slots, when the master registered it, if it says), for ``bridge.arrivals``.
+    tasks: tuple[TaskReading, ...] = ()
 
     def with_state(self, agent_id: str, *, enabled: bool, draining: bool) -> PoolReading:
         """This reading with one agent enabled or drained, as a write just made it."""
@@ -78,6 +90,7 @@ def read_pools(
     """Every pool the master lists, with its agents and pending demand."""
     tasks_on = Counter[str]()
     pending: dict[str, list[PendingTask]] = defaultdict(list)
+    tasks: dict[str, list[TaskReading]] = defaultdict(list)
     job_of = _jobs_by_entity(jobs)
     for allocation in allocations:
         placed = {
@@ -86,9 +99,13 @@ def read_pools(
             for agent_id in (resources.get("agentDevices") or {})
         }
         tasks_on.update(placed)
+        slots = int(allocation.get("slotsNeeded") or 0)
+        name = str(allocation.get("allocationId") or allocation.get("taskId"))
+        registered = _time(allocation.get("registeredTime"))
+        tasks[str(allocation.get("resourcePool") or "")].append(
+            TaskReading(name, slots, registered)
+        )
         if not placed:
-            slots = int(allocation.get("slotsNeeded") or 0)
-            name = str(allocation.get("allocationId") or allocation.get("taskId"))
             # Only a job's task has a priority; the one kind without a job, checkpoint
             # GC, shares a trial's task id form (checkpoint_gc.go), so it is told apart so.
             if "priority" in allocation:
@@ -118,6 +135,7 @@ def read_pools(
             agents=tuple(sorted(by_pool[name], key=lambda a: a.id)),
             pending=tuple(pending[name]) + _queued_beyond(pending[name], jobs.get(name, ())),
             fitting_policy=_FITTING_POLICIES.get(str(pool.get("schedulerFittingPolicy"))),
+            tasks=tuple(tasks[name]),
         )
         for pool in pools
         if (name := str(pool.get("name") or ""))
@@ -159,6 +177,19 @@ def _job_of(task_id: str, jobs: Mapping[str, Json]) -> Json | None:
         if job is not None and job.get("type") != "TYPE_EXPERIMENT":
             return None
     return job
+
+
+def _time(value: Any) -> datetime | None:
+    """A protobuf timestamp as Determined's REST API writes it; None if absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    # Up to nine fractional digits (nanoseconds), of which datetime keeps six.
+    value = re.sub(r"(\.\d{6})\d+", r"\1", value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def _priority(value: Any) -> int | None:

@@ -16,6 +16,7 @@ from dynagent.cli.errors import explain, reaching
 from dynagent.core.boot.master import master_address
 from dynagent.core.config import AwsProvider, Config, ProviderConfig
 from dynagent.core.decide.cap_fill import FILL_WITHIN, fill_shapes
+from dynagent.core.decide.expected_work import BOOT_SECONDS, QUANTILE, START_SECONDS
 from dynagent.core.durations import format_duration
 from dynagent.core.offerings import Catalog
 from dynagent.core.prices import AWS_PRICES_REGION, GCE_PRICES_REGION
@@ -206,9 +207,18 @@ def describe_config(config: Config) -> list[str]:
         if p.offerings is not None:
             lines += [f"  offers {line}" for line in _offerings(p.catalog())]
             lines += [f"  {note}" for note in _price_source(p)]
-        if p.warm_headroom_slots:
-            free = _count(p.warm_headroom_slots, "free slot")
+        if p.headroom_slots:
+            free = _count(p.headroom_slots, "free slot")
             lines.append(f"  keeps {free} warm on its smallest shape")
+        if p.headroom_auto:
+            lines.append(
+                "  warm headroom (auto): keeps free room for the tasks that came, in the "
+                f"last hour, within one {'start' if p.warm_pool.enabled else 'boot'} "
+                f"({START_SECONDS if p.warm_pool.enabled else BOOT_SECONDS} s) before "
+                f"{QUANTILE:.0%} of its arrivals; tasks of a whole "
+                "largest machine are left out; nothing while no task came for an hour; "
+                "within the caps"
+            )
         if p.warm_pool.enabled:
             kept = _count(p.warm_pool.max_stopped, "stopped machine")
             disk = p.stopped_disk_per_hour

@@ -37,6 +37,9 @@ class _Wire(BaseModel):
 # Determined's API carries slots as int32 (task.proto ``slots_needed``, job.proto
 # ``requested_slots``, master.proto ``slots``): a count beyond it came from no master.
 MAX_SLOTS: Final = 2**31 - 1
+# How far back a snapshot's ``arrivals`` reach: what ``warm_headroom_slots: auto`` sizes
+# the pool's free room from (``core.decide.expected_work``).
+ARRIVALS_WINDOW_SECONDS: Final = 3600
 
 
 # A snapshot holds one task and one agent per entry, tens of thousands in a large pool:
@@ -108,6 +111,17 @@ class Agent:
         return self.used_slots == 0 and self.tasks == 0
 
 
+@dataclass(frozen=True, slots=True, config=ConfigDict(extra="ignore"))
+class Arrival:
+    """``count`` tasks of ``slots`` slots each that came to the pool ``age`` seconds
+    before the snapshot's ``time``: a task counts once, when the publisher first saw it
+    (pending, or placed already)."""
+
+    age: int = Field(ge=0, le=ARRIVALS_WINDOW_SECONDS)
+    slots: int = Field(ge=0, le=MAX_SLOTS)
+    count: int = Field(default=1, ge=1, le=MAX_SLOTS)
+
+
 class Snapshot(_Wire):
     """One pool's pending tasks and connected agents at ``time``; ``seq`` orders them."""
 
@@ -131,6 +145,12 @@ class Snapshot(_Wire):
     # retirement is never taken back). Without it, a draining report is a lease
     # (DRAINING_REPORT_LEASE), as publishers that came before it expect.
     retires: bool | None = Field(default=None, exclude_if=lambda retires: retires is None)
+    # Optional within version 1: the tasks that came to the pool over the last
+    # ARRIVALS_WINDOW_SECONDS, newest first (null: the publisher does not say). A pool
+    # with ``warm_headroom_slots: auto`` keeps free room for the work they predict.
+    arrivals: tuple[Arrival, ...] | None = Field(
+        default=None, exclude_if=lambda arrivals: arrivals is None
+    )
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -35,15 +35,16 @@ change, not per snapshot.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from dynagent.bridge.reading import AgentReading, PoolReading
 from dynagent.core.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
-from dynagent.core.snapshot import PendingTask, Snapshot
+from dynagent.core.snapshot import ARRIVALS_WINDOW_SECONDS, Arrival, PendingTask, Snapshot
 from dynagent.simulate.agents import AgentIndex, SimAgent
-from dynagent.simulate.clock import Events, Kind
+from dynagent.simulate.clock import Events, Kind, seconds_at
 from dynagent.simulate.fitting import MAX_AUX_CONTAINERS_PER_AGENT, fits_pool
 from dynagent.simulate.policy import Change
 from dynagent.simulate.trace import Job
@@ -114,6 +115,7 @@ class SimMaster:
         free_slots_matter: bool = False,
         fitting_policy: FittingPolicy = DEFAULT_FITTING_POLICY,
         max_aux: int = MAX_AUX_CONTAINERS_PER_AGENT,
+        reports_arrivals: bool = False,
     ) -> None:
         self.pool = pool
         self.sizes = tuple(sorted(set(sizes)))
@@ -125,6 +127,9 @@ class SimMaster:
         self.max_aux = max_aux
         self.agents: dict[str, SimAgent] = {}
         self.index = AgentIndex(fitting_policy, max_aux)
+        # (second, slots) of the arrivals a snapshot reports, as ``dynagent bridge`` does
+        # (``bridge.arrivals``); None: its snapshots report none.
+        self.arrived: deque[tuple[int, int]] | None = deque() if reports_arrivals else None
         # Agents running nothing, and the slots of connected and of idle agents.
         self.idle_agents: dict[SimAgent, None] = {}
         self.connected_slots = 0
@@ -180,6 +185,8 @@ class SimMaster:
             job.gpus, self.sizes, self.max_agents, job.single_agent, self.max_aux
         )
         task = Task(job, schedulable)
+        if self.arrived is not None:
+            self.arrived.append((job.arrival, job.gpus))
         self._fresh.append(task)
         self._count_waiting(task, 1)
         self.touched = True
@@ -417,7 +424,27 @@ class SimMaster:
             pending=tuple(task.wire for task in self.queue),
             agents=tuple(agent.wire() for agent in self.agents.values()),
             fitting_policy=self.fitting_policy,
+            arrivals=None if self.arrived is None else self._arrivals(seconds_at(now)),
         )
+
+    def _arrivals(self, now: int) -> tuple[Arrival, ...]:
+        """The arrivals within the window before ``now``, newest first."""
+        arrived = self.arrived
+        assert arrived is not None
+        while arrived and now - arrived[0][0] > ARRIVALS_WINDOW_SECONDS:
+            arrived.popleft()
+        counts: dict[tuple[int, int], int] = {}
+        for second, slots in reversed(arrived):
+            key = (now - second, slots)
+            counts[key] = counts.get(key, 0) + 1
+        return tuple(Arrival(age, slots, count) for (age, slots), count in counts.items())
+
+    def arrivals_leave_at(self, after: int) -> int | None:
+        """The first second after ``after`` at which an arrival leaves the window."""
+        if not self.arrived:
+            return None
+        first = self.arrived[0][0] + ARRIVALS_WINDOW_SECONDS + 1
+        return max(first, after + 1)
 
     def take_change(self) -> Change:
         """How the master changed since the last call."""

@@ -282,6 +282,10 @@ class DynagentPolicy:
         # A refused offering back in the catalog may be the cheaper shape for pending
         # tasks or the smallest one warm headroom is kept on.
         deadlines += self.cloud.remembered_until()
+        # Warm headroom sized from arrivals changes as the oldest leaves the window.
+        leave = self.master.arrivals_leave_at(now)
+        if leave is not None:
+            deadlines.append(leave)
         # A reservation starting takes new work; one ending lets its idle agents go
         # (``decide.idle`` keeps them only while it is active).
         for reservation in self.cloud.reservations.values():

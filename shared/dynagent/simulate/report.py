@@ -115,7 +115,13 @@ def describe(replay: Replay) -> list[str]:
         f"{gpus or _gpus(provider.slots_per_instance)} each, "
         f"{bounds}, idle {format_duration(provider.max_idle_agent_period)}, "
         f"starting {format_duration(provider.max_agent_starting_period)}"
-        + (f", warm headroom {headroom} slots" if headroom else ""),
+        + (
+            ", warm headroom sized from arrivals"
+            if headroom == "auto"
+            else f", warm headroom {headroom} slots"
+            if headroom
+            else ""
+        ),
         f"boot: running after {boot.running_after}s, agent registered after "
         f"{boot.registered_after}s{per_gpu}{jitter}; heartbeat {options.heartbeat}s",
         *_warm_pool(replay),

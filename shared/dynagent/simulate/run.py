@@ -171,7 +171,9 @@ class Simulation:
             pool_sizes(pool),
             provider.max_instances,
             self.events,
-            free_slots_matter=policy == "dynagent" and provider.warm_headroom_slots > 0,
+            free_slots_matter=policy == "dynagent"
+            and (provider.headroom_slots > 0 or provider.headroom_auto),
+            reports_arrivals=policy == "dynagent" and provider.headroom_auto,
             fitting_policy=options.fitting_policy,
             max_aux=pool.max_aux_containers_per_agent,
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from dynagent.core.decide.context import Context, Survey, live_count
-from dynagent.core.decide.headroom import HeadroomGuard
+from dynagent.core.decide.headroom import ExpectedWorkGuard, HeadroomGuard
 from dynagent.core.decide.launches import pack_pending
 from dynagent.core.decide.warm_pool import stop_reaped
 from dynagent.core.durations import format_duration
@@ -69,7 +69,8 @@ def reap_idle(
     limit = provider.max_idle_agent_period
     live = live_count(ctx)
     by_id = ctx.by_id if idle else {}
-    headroom = HeadroomGuard(ctx, room)
+    auto = provider.headroom_auto and idle
+    headroom = ExpectedWorkGuard(ctx, room, idle) if auto else HeadroomGuard(ctx, room)
     ranked = sorted(idle, key=lambda item: (-ctx.price(by_id[item[1]]), item))
     # A pending zero-slot task is the master's to place on any agent: keep one for it.
     aux = ctx.pool.max_aux_containers_per_agent

@@ -67,7 +67,7 @@ def plan_launches(
             cause="min_instances",
         )
     ] * max(0, below_min)
-    launches += headroom_launches(ctx, demand, smallest, live + len(launches))
+    launches += headroom_launches(ctx, demand, smallest, live + len(launches), launches)
     launches, starts = start_instead(ctx, launches)
     return tuple(launches), tuple(starts), demand
 

@@ -7,7 +7,7 @@ config loads unchanged.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -73,6 +73,21 @@ def check_master_url(url: str) -> str:
     return url
 
 
+def _slots_or_auto(value: Any) -> Any:
+    """A count of slots, 0 or more, or ``auto``: one message either way."""
+    if value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{value!r} is neither a number of slots nor auto")
+    try:
+        slots = int(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is neither a number of slots nor auto") from None
+    if slots < 0:
+        raise ValueError(f"{slots} is below 0: write a number of slots, 0 or more, or auto")
+    return slots
+
+
 class WarmPool(StrictModel):
     """Ours: idle agents stopped instead of terminated, and started again for new work.
 
@@ -132,9 +147,10 @@ class ProvisionerFields(StrictModel):
     # other, launches pause until the timeout has passed (dynagent.run.launch_errors).
     launch_error_timeout: Duration = timedelta(0)
     launch_error_retries: int = Field(default=0, ge=0)
-    # Ours: free slots kept ready or starting on the pool's smallest shape, so short
-    # tasks start without waiting for a boot.
-    warm_headroom_slots: int = Field(default=0, ge=0)
+    # Ours: free slots kept ready or starting, so short tasks start without waiting for
+    # a boot: a number, on the pool's smallest shape; or ``auto``, sized from the pool's
+    # recent arrivals (dynagent.core.decide.expected_work).
+    warm_headroom_slots: Annotated[int | Literal["auto"], BeforeValidator(_slots_or_auto)] = 0
     # Ours: one machine more for a task that needs several new ones, so it starts on the
     # first of them to register (dynagent.core.decide.gang_spares).
     gang_spares: bool = True
@@ -152,6 +168,17 @@ class ProvisionerFields(StrictModel):
     # reservation's) its agents stop taking work. EC2 warns 40 minutes before a block's
     # end and starts terminating its instances 30 minutes before.
     drain_before_reservation_end: Duration = timedelta(minutes=40)
+
+    @property
+    def headroom_auto(self) -> bool:
+        """Whether the warm headroom is sized from the pool's arrivals."""
+        return self.warm_headroom_slots == "auto"
+
+    @property
+    def headroom_slots(self) -> int:
+        """The fixed warm headroom in slots: 0 where there is none, or it is ``auto``."""
+        slots = self.warm_headroom_slots
+        return 0 if slots == "auto" else slots
 
     @field_validator("master_url")
     @classmethod

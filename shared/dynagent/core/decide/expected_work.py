@@ -1,0 +1,81 @@
+"""The work expected before a new machine could take it: what ``warm_headroom_slots:
+auto`` keeps free room for, sized from the pool's own arrivals (the snapshot's
+``arrivals``, the last hour's, from ``dynagent bridge``).
+
+A task finds room at once if the free room at its arrival holds it and what came in the
+lead time before it (room taken is refilled only a lead time later: a warm start in a
+pool with a warm pool, else a boot). Over the last hour's arrivals, the work in
+the lead time before each is counted, and the room kept is that of the arrival at the
+``QUANTILE`` of those counts (tasks weighed alike): the tasks that came then, by size.
+So a pool whose work comes alone keeps room for one task, a pool whose work comes in
+bursts room for a typical burst, and a quiet pool nothing (no arrival within the hour).
+
+Tasks of a whole machine of the pool's largest shape or more are left out: they start
+on empty machines only, which free room kept for them would bill whole; they wait a
+start or a boot, as they do under Determined's provisioner.
+"""
+
+from __future__ import annotations
+
+from dynagent.core.decide.context import Context
+from dynagent.core.snapshot import Arrival, PendingTask
+
+# A stopped machine's start to a registered agent, and a boot with its image pull: the
+# simulator's defaults, which docs/warm-pools.md measured on EC2.
+START_SECONDS = 90
+BOOT_SECONDS = 360
+# The share of recent tasks the room kept would have held at once. Above a half, so the
+# median task starts at once; tuned on the shared traces (docs/warm-pools.md): at 0.5
+# cluster07's median task waited 23 s.
+QUANTILE = 0.6
+
+
+def expected_arrivals(ctx: Context) -> tuple[PendingTask, ...]:
+    """The tasks to keep free room for, largest first; none without arrivals."""
+    snapshot = ctx.snapshot
+    arrivals = snapshot.arrivals if snapshot is not None else None
+    if not arrivals:
+        return ()
+    whole = max((shape.slots for shape in ctx.shapes), default=0)
+    # Of the config, not of the stopped machines there now: the room kept changes only
+    # with the arrivals, which every snapshot carries.
+    lead = START_SECONDS if ctx.provider.warm_pool.enabled else BOOT_SECONDS
+    sizes = burst_before(arrivals, whole, lead)
+    return tuple(PendingTask(f"expected-{n}", slots) for n, slots in enumerate(sizes))
+
+
+def burst_before(arrivals: tuple[Arrival, ...], whole: int, lead: int) -> list[int]:
+    """The sizes of the tasks that came within ``lead`` seconds up to the arrival at the
+    QUANTILE of such bursts, largest first; tasks of ``whole`` slots or more left out."""
+    # Oldest first, as (second, slots, count), the second counted back from the snapshot.
+    timeline = sorted(
+        ((-a.age, a.slots, a.count) for a in arrivals if 0 < a.slots < whole),
+        key=lambda event: (event[0], -event[1], -event[2]),
+    )
+    if not timeline:
+        return []
+    bursts: list[tuple[int, int, int]] = []  # (slots in the lead time to it, index, tasks)
+    first = slots = 0
+    for index, (second, size, count) in enumerate(timeline):
+        slots += size * count
+        while timeline[first][0] < second - lead:
+            slots -= timeline[first][1] * timeline[first][2]
+            first += 1
+        bursts.append((slots, index, count))
+    bursts.sort()
+    mark = QUANTILE * sum(count for _, _, count in bursts)
+    seen = 0
+    chosen = bursts[-1][1]
+    for _, index, count in bursts:
+        seen += count
+        if seen >= mark:
+            chosen = index
+            break
+    until = timeline[chosen][0]
+    sizes = [
+        size
+        for second, size, count in timeline[: chosen + 1]
+        if second >= until - lead
+        for _ in range(count)
+    ]
+    return sorted(sizes, reverse=True)
