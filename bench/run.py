@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import api_calls
+import auto_headroom
 import cap
 import cold_start
 import handler_cpu
@@ -31,6 +32,11 @@ BENCHMARKS = (
     ("simulator", "simulator: every shared trace", simulator.run),
     ("cap", "pools at their cap: cluster05 and cluster02 on g5 1/4/8", cap.run),
     ("warm_pool", "warm pools: every shared trace, a 6-minute boot, a 90 s start", warm_pool.run),
+    (
+        "auto_headroom",
+        "headroom sized from arrivals: every shared trace, seeds 0 to 3, beside Determined's",
+        auto_headroom.run,
+    ),
     (
         "reservations",
         "reserved capacity: cluster05 on p4d with 10 reserved, beside the pool without",

@@ -38,8 +38,15 @@ resource_pools:
       max_instances: 3000
       max_idle_agent_period: 5m
       offerings: {instance_types: [p3.2xlarge, p3.8xlarge, p3.16xlarge]}
-      warm_pool: {max_stopped: %d, max_stopped_period: %s}
+      warm_pool: %s
 """
+
+
+def pool_yaml(warm_pool: str, **more: str) -> str:
+    """The benchmarks' pool of p3 machines with ``warm_pool`` and ``more`` fields."""
+    return POOL_YAML % warm_pool + "".join(f"      {k}: {v}\n" for k, v in more.items())
+
+
 OPTIONS = RunOptions(boot=BootModel(registered_after=360, started_after=90))
 
 
@@ -47,7 +54,10 @@ def run() -> dict[str, Any]:
     directory, paths = trace_paths()
     if not paths:
         return no_traces(directory)
-    cold, warm = (parse_config(POOL_YAML % (size, PERIOD)) for size in (0, RECOMMENDED))
+    cold, warm = (
+        parse_config(pool_yaml(f"{{max_stopped: {size}, max_stopped_period: {PERIOD}}}"))
+        for size in (0, RECOMMENDED)
+    )
     found: dict[str, Any] = {}
     for path in paths:
         started = time.perf_counter()

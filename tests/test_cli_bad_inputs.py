@@ -191,7 +191,7 @@ ROWS = {
         "validate {warm_no_period}", "provider.warm_pool.max_stopped_period", "greater than 0"
     ),
     "validate: a warm pool of a negative size": row(
-        "validate {warm_negative}", "provider.warm_pool.max_stopped", "greater than or equal to 0"
+        "validate {warm_negative}", "provider.warm_pool.max_stopped", "below 0", "or auto"
     ),
     "simulate: a sweep of a section": row(
         "simulate {trace} --config {warm} --sweep warm_pool=1,2",

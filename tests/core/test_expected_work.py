@@ -8,7 +8,12 @@ from collections import Counter
 from typing import Any
 
 from dynagent.core.decide import decide
-from dynagent.core.decide.expected_work import BOOT_SECONDS, START_SECONDS, burst_before
+from dynagent.core.decide.expected_work import (
+    BOOT_SECONDS,
+    QUANTILE,
+    START_SECONDS,
+    burst_before,
+)
 from dynagent.core.fleet import Fleet
 from dynagent.core.plan import Plan
 from dynagent.core.snapshot import Arrival, Snapshot
@@ -75,6 +80,16 @@ def test_an_idle_agent_the_expected_work_needs_is_kept() -> None:
     assert plan.terminations == () and plan.launches == ()
 
 
+def test_an_idle_machine_is_kept_for_whole_machine_tasks_but_none_launched() -> None:
+    cloud = fleet(agent_instance("i-1", idle_since=ago(6)))
+    shot = with_arrivals(snapshot(agents=[("i-1", 8, 0)]), (300, 8, 1), (900, 8, 1))
+    plan = decide(auto_pool(), cloud, shot, NOW)
+    assert plan.terminations == () and plan.launches == ()
+    # A 16-GPU gang is no such task: the idle machine goes.
+    shot = with_arrivals(snapshot(agents=[("i-1", 8, 0)]), (300, 16, 1))
+    assert len(decide(auto_pool(), cloud, shot, NOW).terminations) == 1
+
+
 def test_without_the_arrivals_nothing_is_kept() -> None:
     # A publisher that does not report arrivals: no prediction, no room.
     cloud = fleet(agent_instance("i-1", idle_since=ago(6)))
@@ -94,8 +109,8 @@ def test_at_the_cap_no_room_is_launched() -> None:
 
 
 def test_a_gang_arriving_gets_no_room() -> None:
-    # Tasks of a whole 8-GPU machine or more start on empty machines only: room kept for
-    # them would bill whole machines. The 1-GPU task beside them still gets its room.
+    # Tasks of a whole 8-GPU machine or more start on empty machines only: no machine is
+    # launched for them. The 1-GPU task beside them still gets its room.
     shot = with_arrivals(snapshot(), (60, 16, 1), (60, 8, 2))
     assert decide(auto_pool(), Fleet(), shot, NOW).launches == ()
     shot = with_arrivals(snapshot(), (60, 16, 1), (60, 1, 1))
@@ -113,14 +128,16 @@ def test_the_pending_tasks_come_first() -> None:
 
 def test_the_burst_is_counted_over_the_lead_time() -> None:
     # Five tasks 10 s apart, then two alone: the tasks in the lead time up to each are
-    # 1, 2, 3, 4, 5, 1 and 1; the room kept is that at 60 % of the seven, 3 tasks.
+    # 1, 2, 3, 4, 5, 1 and 1; at 90 % of the seven the room kept is for the burst of 5.
+    assert QUANTILE == 0.9
     burst = [Arrival(3000 - 10 * n, 1, 1) for n in range(5)]
     arrivals = (*burst, Arrival(1000, 1, 1), Arrival(10, 1, 1))
-    assert burst_before(arrivals, whole=8, lead=START_SECONDS) == [1, 1, 1]
-    assert burst_before(arrivals, whole=8, lead=BOOT_SECONDS) == [1, 1, 1]
+    assert burst_before(arrivals, whole=8, lead=START_SECONDS) == [1] * 5
+    assert burst_before(arrivals, whole=8, lead=BOOT_SECONDS) == [1] * 5
     # Within 10 s of each other only two at a time.
     assert burst_before(arrivals, whole=8, lead=10) == [1, 1]
-    # Counted in slots: a 4-GPU task closing the burst makes it the largest, past the
-    # 60 % mark, so the room kept is for the three 1-GPU tasks before it.
+    # Counted in slots, of the sizes that came: a 4-GPU task closing the burst.
     sized = (*burst[:4], Arrival(2960, 4, 1), Arrival(1000, 1, 1), Arrival(10, 1, 1))
-    assert burst_before(sized, whole=8, lead=START_SECONDS) == [1, 1, 1]
+    assert burst_before(sized, whole=8, lead=START_SECONDS) == [4, 1, 1, 1, 1]
+    # Whole machines of 4 GPUs: the 4-GPU task is left out, and the burst is of four.
+    assert burst_before(sized, whole=4, lead=START_SECONDS) == [1, 1, 1, 1]

@@ -170,18 +170,24 @@ def test_it_matches_when_headroom_is_kept_on_machines_of_several_slots(headroom:
     assert _facts(fast) == _facts(slow)
 
 
-@pytest.mark.parametrize("seed", [2, 5])
-def test_it_matches_with_headroom_sized_from_arrivals_and_a_warm_pool(seed: int) -> None:
-    # The room kept changes as arrivals leave the hour's window, with no change of the
-    # master: the fast path must wake for it as every heartbeat would.
+@pytest.mark.parametrize(
+    ("seed", "max_stopped", "period"),
+    [(2, 3, "2h"), (5, 3, "2h"), (3, "auto", "3h"), (6, "auto", "3h")],
+)
+def test_it_matches_with_sizes_from_arrivals_and_the_peak_of_agents(
+    seed: int, max_stopped: int | str, period: str
+) -> None:
+    # The room kept changes as arrivals leave the hour's window, and with max_stopped
+    # auto the stopped machines kept as the peak of agents leaves its period, with no
+    # change of the master: the fast path must wake for them as every heartbeat would.
     shape = mixed_pool(
         max_instances=12,
         warm_headroom_slots="auto",
         max_idle_agent_period="5m",
-        warm_pool={"max_stopped": 3, "max_stopped_period": "2h"},
+        warm_pool={"max_stopped": max_stopped, "max_stopped_period": period},
     )
     jobs = random_trace(seed)
     fast = run(jobs, "dynagent", shape, RunOptions())
     slow = run(jobs, "dynagent", shape, RunOptions(exhaustive=True))
     assert _facts(fast) == _facts(slow)
-    assert fast.launches > 0
+    assert fast.launches and fast.stops and fast.starts

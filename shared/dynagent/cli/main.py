@@ -215,19 +215,30 @@ def describe_config(config: Config) -> list[str]:
                 "  warm headroom (auto): keeps free room for the tasks that came, in the "
                 f"last hour, within one {'start' if p.warm_pool.enabled else 'boot'} "
                 f"({START_SECONDS if p.warm_pool.enabled else BOOT_SECONDS} s) before "
-                f"{QUANTILE:.0%} of its arrivals; tasks of a whole "
-                "largest machine are left out; nothing while no task came for an hour; "
-                "within the caps"
+                f"{QUANTILE:.0%} of its arrivals; for tasks of a whole largest machine "
+                "only idle machines are kept, none launched; nothing while no task came "
+                "for an hour; within the caps"
             )
         if p.warm_pool.enabled:
-            kept = _count(p.warm_pool.max_stopped, "stopped machine")
+            warm = p.warm_pool
+            period = format_duration(warm.max_stopped_period)
             disk = p.stopped_disk_per_hour
+            if warm.auto:
+                kept = (
+                    "as many as bring the pool back to its most agents at once over the "
+                    f"last {period} (auto)"
+                )
+                bill = "a day each"
+                per_day = disk * 24
+            else:
+                kept = f"up to {_count(warm.stopped_limit, 'stopped machine')}"
+                bill = "a day for all"
+                per_day = disk * warm.stopped_limit * 24
             lines.append(
-                f"  warm pool: idle agents are stopped, not terminated, up to {kept}, each "
-                f"kept {format_duration(p.warm_pool.max_stopped_period)} at most; new work "
+                f"  warm pool: idle agents are stopped, not terminated, {kept}, each "
+                f"kept {period} at most; new work "
                 "starts them before launching (a start skips the boot's image pull); a "
-                f"stopped machine bills its disk, ${disk:.3f}/h, "
-                f"${disk * p.warm_pool.max_stopped * 24:.2f} a day for all"
+                f"stopped machine bills its disk, ${disk:.3f}/h, ${per_day:.2f} {bill}"
             )
         if p.reservations:
             lines.append(

@@ -282,8 +282,9 @@ class DynagentPolicy:
         # A refused offering back in the catalog may be the cheaper shape for pending
         # tasks or the smallest one warm headroom is kept on.
         deadlines += self.cloud.remembered_until()
-        # Warm headroom sized from arrivals changes as the oldest leaves the window.
-        leave = self.master.arrivals_leave_at(now)
+        # Warm headroom sized from arrivals, and a warm pool sized from the peak of
+        # agents, change as the oldest of those leaves its window.
+        leave = self.master.history_changes_at(now)
         if leave is not None:
             deadlines.append(leave)
         # A reservation starting takes new work; one ending lets its idle agents go

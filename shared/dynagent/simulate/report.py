@@ -159,7 +159,13 @@ def _warm_pool(replay: Replay) -> list[str]:
     if not warm.enabled:
         return []
     return [
-        f"warm pool (dynagent): up to {warm.max_stopped} stopped, each at most "
+        "warm pool (dynagent): "
+        + (
+            "as many stopped as bring it back to its peak"
+            if warm.auto
+            else f"up to {warm.max_stopped} stopped"
+        )
+        + ", each at most "
         f"{format_duration(warm.max_stopped_period)}; a start registers after "
         f"{replay.options.boot.started_after}s; a stopped machine's disk "
         f"${provider.stopped_disk_per_hour:.3f}/h"

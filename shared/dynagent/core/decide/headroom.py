@@ -119,7 +119,7 @@ class ExpectedWorkGuard:
             limit = ctx.provider.max_idle_agent_period + timedelta(seconds=ARRIVALS_WINDOW_SECONDS)
             self.kept = {i for since, i in idle if ctx.now - since < limit}
             return
-        expected = expected_arrivals(ctx)
+        expected = expected_arrivals(ctx, whole_machines=True)
         if not expected:
             return
         candidates = [(i, m) for i, m in room if i not in ctx.terminations]

@@ -17,6 +17,7 @@ from dataclasses import replace
 from dynagent.core.config import AwsProvider
 from dynagent.core.decide.context import Context
 from dynagent.core.decide.removals import remove_stopped
+from dynagent.core.decide.warm_pool_size import UNBOUNDED, describe_places, stopped_places
 from dynagent.core.durations import format_duration
 from dynagent.core.fleet import Instance, InstanceState, Mark
 from dynagent.core.offerings import offering_of
@@ -76,11 +77,14 @@ def keep_warm(ctx: Context, stopped: Iterable[Instance]) -> None:
             )
             continue
         candidates.append(instance)
-    usage = busy_types(ctx) if len(candidates) > warm.max_stopped else Counter[str]()
+    # With ``auto`` the bound depends on the machines this plan keeps running: it is
+    # applied once idle agents were reaped (``trim_stopped``).
+    limit = UNBOUNDED if warm.auto else warm.stopped_limit
+    usage = busy_types(ctx) if len(candidates) > limit else Counter[str]()
     candidates.sort(key=lambda i: (-usage[i.instance_type], -_stopped_since(i), i.id))
-    for instance in candidates[warm.max_stopped :]:
-        ctx.terminate(instance.id, f"beyond warm_pool.max_stopped ({warm.max_stopped})", "stopped")
-    kept = candidates[: warm.max_stopped]
+    for instance in candidates[limit:]:
+        ctx.terminate(instance.id, f"beyond warm_pool.max_stopped ({limit})", "stopped")
+    kept = candidates[:limit]
     ctx.kept_stopped = len(kept)
     ctx.startable = [i for i in kept if i.state is InstanceState.STOPPED]
 
@@ -103,12 +107,12 @@ def stop_reaped(ctx: Context, reaped: list[str]) -> None:
     uses most (busy agents by type), those stopped already before those reaped now (a
     swap of alike machines would gain nothing), then the costliest: a stopped machine of
     a shape less used than a reaped one is terminated in its place."""
-    warm = ctx.provider.warm_pool
     if not reaped:
         return
     by_id = ctx.by_id
     stoppable = [by_id[i] for i in reaped if can_stop(ctx, by_id[i])]
-    room = warm.max_stopped - ctx.kept_stopped
+    limit = stopped_places(ctx)
+    room = limit - ctx.kept_stopped
     if len(stoppable) <= room:
         for instance in stoppable:
             ctx.stop(instance.id)
@@ -116,7 +120,7 @@ def stop_reaped(ctx: Context, reaped: list[str]) -> None:
     usage = busy_types(ctx)
     # Those stopping now cannot be started or replaced: they keep their places.
     stopping = ctx.kept_stopped - len(ctx.startable)
-    places = warm.max_stopped - stopping
+    places = limit - stopping
     now_reaped = set(reaped)
 
     def rank(instance: Instance) -> tuple[int, bool, float, str]:
@@ -129,8 +133,8 @@ def stop_reaped(ctx: Context, reaped: list[str]) -> None:
         if instance.id not in kept:
             ctx.terminate(
                 instance.id,
-                f"beyond warm_pool.max_stopped ({warm.max_stopped}): its place goes to a "
-                "machine of a shape the pool's work uses more",
+                f"beyond {describe_places(ctx, limit)}: its place goes to a machine of a "
+                "shape the pool's work uses more",
                 "stopped",
             )
     ctx.kept_stopped -= sum(1 for i in ctx.startable if i.id not in kept)
@@ -138,6 +142,26 @@ def stop_reaped(ctx: Context, reaped: list[str]) -> None:
     for instance in stoppable:
         if instance.id in kept:
             ctx.stop(instance.id)
+
+
+def trim_stopped(ctx: Context) -> None:
+    """With ``max_stopped: auto``, the stopped machines beyond what this plan leaves
+    room for terminated: those of the shapes the pool's work uses least, the longest
+    stopped first. Machines still stopping or stopped by this plan keep their places."""
+    limit = stopped_places(ctx)
+    excess = ctx.kept_stopped - limit
+    if excess <= 0 or not ctx.startable:
+        return
+    usage = busy_types(ctx)
+    ranked = sorted(
+        ctx.startable, key=lambda i: (-usage[i.instance_type], -_stopped_since(i), i.id)
+    )
+    dropped = ranked[max(0, len(ranked) - excess) :]
+    for instance in dropped:
+        ctx.terminate(instance.id, f"beyond {describe_places(ctx, limit)}", "stopped")
+    gone = {instance.id for instance in dropped}
+    ctx.kept_stopped -= len(gone)
+    ctx.startable = [i for i in ctx.startable if i.id not in gone]
 
 
 def start_instead(ctx: Context, launches: list[Launch]) -> tuple[list[Launch], list[Start]]:

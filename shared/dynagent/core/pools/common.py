@@ -73,19 +73,27 @@ def check_master_url(url: str) -> str:
     return url
 
 
-def _slots_or_auto(value: Any) -> Any:
-    """A count of slots, 0 or more, or ``auto``: one message either way."""
+def _number_or_auto(value: Any, what: str) -> Any:
+    """A count of ``what``, 0 or more, or ``auto``: one message either way."""
     if value == "auto":
         return value
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"{value!r} is neither a number of slots nor auto")
+        raise ValueError(f"{value!r} is neither a number of {what} nor auto")
     try:
-        slots = int(value)
+        number = int(value)
     except ValueError:
-        raise ValueError(f"{value!r} is neither a number of slots nor auto") from None
-    if slots < 0:
-        raise ValueError(f"{slots} is below 0: write a number of slots, 0 or more, or auto")
-    return slots
+        raise ValueError(f"{value!r} is neither a number of {what} nor auto") from None
+    if number < 0:
+        raise ValueError(f"{number} is below 0: write a number of {what}, 0 or more, or auto")
+    return number
+
+
+def _slots_or_auto(value: Any) -> Any:
+    return _number_or_auto(value, "slots")
+
+
+def _count_or_auto(value: Any) -> Any:
+    return _number_or_auto(value, "machines")
 
 
 class WarmPool(StrictModel):
@@ -96,8 +104,10 @@ class WarmPool(StrictModel):
     turns it off: every stopped machine is terminated, as before.
     """
 
-    # How many stopped machines the pool keeps.
-    max_stopped: int = Field(default=0, ge=0)
+    # How many stopped machines the pool keeps; ``auto``: as many as would bring the pool
+    # back to its most agents at once over the last max_stopped_period
+    # (dynagent.core.decide.warm_pool_size).
+    max_stopped: Annotated[int | Literal["auto"], BeforeValidator(_count_or_auto)] = 0
     # How long one may stay stopped before it is deleted: its disks bill meanwhile.
     max_stopped_period: Duration = timedelta(days=7)
 
@@ -110,7 +120,18 @@ class WarmPool(StrictModel):
 
     @property
     def enabled(self) -> bool:
-        return self.max_stopped > 0
+        return self.auto or self.max_stopped != 0
+
+    @property
+    def auto(self) -> bool:
+        """Whether the pool's own history sizes it (``max_stopped: auto``)."""
+        return self.max_stopped == "auto"
+
+    @property
+    def stopped_limit(self) -> int:
+        """The fixed bound: ``max_stopped``, or 0 when it is ``auto``."""
+        stopped = self.max_stopped
+        return 0 if stopped == "auto" else stopped
 
 
 class ProvisionerFields(StrictModel):

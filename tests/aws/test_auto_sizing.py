@@ -1,7 +1,9 @@
-"""Warm headroom sized from arrivals on the local AWS, through the reconcile function as
-Lambda runs it: a burst gets room for a burst of its sizes (and a duplicate delivery
-launches nothing more), a quiet night lets the room go, a cap holds the room, a gang
-arriving gets none; a stopped machine of the warm pool is started for the room."""
+"""Warm headroom and the warm pool sized from the pool's own history on the local AWS,
+through the reconcile function as Lambda runs it: a burst gets room for a burst of its
+sizes (and a duplicate delivery launches nothing more), a quiet night lets the room go,
+a cap holds the room, a gang arriving gets none; a stopped machine of the warm pool is
+started for the room; ``max_stopped: auto`` keeps what brings the pool back to its
+peak of agents and terminates the rest."""
 
 from __future__ import annotations
 
@@ -36,10 +38,16 @@ class Pass:
         self.seq = 0
         self.last: Snapshot | None = None
 
-    def __call__(self, arrivals: tuple[tuple[int, int, int], ...] = (), **fields: Any) -> None:
+    def __call__(
+        self,
+        arrivals: tuple[tuple[int, int, int], ...] = (),
+        peak: int | None = None,
+        **fields: Any,
+    ) -> None:
         self.seq += 1
         shot = snapshot(self.seq, **fields)
-        self.last = shot.model_copy(update={"arrivals": tuple(Arrival(*a) for a in arrivals)})
+        arrived = tuple(Arrival(*a) for a in arrivals)
+        self.last = shot.model_copy(update={"arrivals": arrived, "peak_agents": peak})
         self.again()
 
     def again(self) -> None:
@@ -112,3 +120,28 @@ def test_the_room_is_a_start_of_a_stopped_machine(aws: LocalAws, ec2: Any, sqs: 
     send(arrivals=((40, 1, 1),))
     calls = Counter(aws.calls("ec2"))
     assert calls["StartInstances"] == 1 and not calls["RunInstances"] and not calls["CreateFleet"]
+
+
+def test_the_stopped_pool_keeps_what_brings_it_back_to_its_peak(
+    aws: LocalAws, ec2: Any, sqs: Any
+) -> None:
+    warm = {"warm_pool": {"max_stopped": "auto"}, "warm_headroom_slots": 0}
+    send = Pass(sqs, functions_for(ec2, **AUTO | warm))
+    send(pending=[("a", 8), ("b", 8)])
+    ids = sorted(str(i["InstanceId"]) for i in managed_instances(ec2))
+    assert len(ids) == 2
+    agents = [(i, 8, 0) for i in ids]
+    send(agents=agents, peak=2)
+    for instance_id in ids:
+        idle_for(ec2, instance_id, minutes=30)
+    # Both idle past their period, at a peak of 2 agents: both stopped.
+    send(agents=agents, peak=2)
+    assert sorted(state_of(ec2, i) for i in ids) == ["stopped", "stopped"]
+    # The peak falls to 1 (the hour of two agents left the period): one is terminated,
+    # and a pass without the peak (the sweep's) keeps the other.
+    aws.clear_calls()
+    send(peak=1)
+    states = Counter(state_of(ec2, i) for i in ids)
+    assert states["stopped"] == 1 and states["terminated"] + states["shutting-down"] == 1
+    send(peak=None)
+    assert Counter(state_of(ec2, i) for i in ids)["stopped"] == 1
