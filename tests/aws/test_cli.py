@@ -42,6 +42,19 @@ def test_validate_summarises_a_good_config(
     assert "spot" in out
 
 
+def test_validate_explains_the_sizes_taken_from_the_pools_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    auto = {"warm_headroom_slots": "auto", "warm_pool": {"max_stopped": "auto"}}
+    path = write_config(tmp_path / "c.yaml", pool_document("ami-0123456789abcdef0", **auto))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "warm headroom (auto): keeps free room for the tasks that came" in out
+    assert "within one start (90 s) before 90% of its arrivals" in out
+    assert "as many as bring the pool back to its most agents at once" in out
+    assert "last 168h (auto)" in out and "a day each" in out
+
+
 def test_validate_names_the_pool_and_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -59,3 +59,15 @@ def test_without_the_peak_no_stopped_machine_goes_for_the_count() -> None:
     # The period still applies.
     old = stopped("s-old", of, hours_ago=49)
     assert [t.instance_id for t in decide(of, fleet(old), None, NOW).terminations] == ["s-old"]
+
+
+def test_machines_started_for_pending_work_are_never_the_ones_trimmed() -> None:
+    of = auto_pool()
+    # Three stopped, a peak of 1 agent: two tasks start two of them; the one left is
+    # beyond what brings the pool back to its peak, which it passes now.
+    machines = [stopped(f"s-{n}", of, hours_ago=3 - n) for n in range(3)]
+    shot = peaked(snapshot(pending=[("a", 4), ("b", 4)]), 1)
+    plan = decide(of, fleet(*machines), shot, NOW)
+    started = {s.instance_id for s in plan.starts}
+    assert started == {"s-1", "s-2"} and plan.launches == ()
+    assert [t.instance_id for t in plan.terminations] == ["s-0"]

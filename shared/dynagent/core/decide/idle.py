@@ -10,7 +10,7 @@ from datetime import datetime
 from dynagent.core.decide.context import Context, Survey, live_count
 from dynagent.core.decide.headroom import ExpectedWorkGuard, HeadroomGuard
 from dynagent.core.decide.launches import pack_pending
-from dynagent.core.decide.warm_pool import stop_reaped, trim_stopped
+from dynagent.core.decide.warm_pool import stop_reaped
 from dynagent.core.durations import format_duration
 from dynagent.core.fitting import agents_for_zero_slot
 from dynagent.core.packing import Existing
@@ -93,5 +93,3 @@ def reap_idle(
         live -= 1
     if provider.warm_pool.enabled:
         stop_reaped(ctx, reaped)
-    if provider.warm_pool.auto:
-        trim_stopped(ctx)

@@ -78,7 +78,7 @@ def keep_warm(ctx: Context, stopped: Iterable[Instance]) -> None:
             continue
         candidates.append(instance)
     # With ``auto`` the bound depends on the machines this plan keeps running: it is
-    # applied once idle agents were reaped (``trim_stopped``).
+    # applied once the plan's reaps, starts and launches are known (``trim_stopped``).
     limit = UNBOUNDED if warm.auto else warm.stopped_limit
     usage = busy_types(ctx) if len(candidates) > limit else Counter[str]()
     candidates.sort(key=lambda i: (-usage[i.instance_type], -_stopped_since(i), i.id))
@@ -144,18 +144,19 @@ def stop_reaped(ctx: Context, reaped: list[str]) -> None:
             ctx.stop(instance.id)
 
 
-def trim_stopped(ctx: Context) -> None:
+def trim_stopped(ctx: Context, starts: tuple[Start, ...], launches: int) -> None:
     """With ``max_stopped: auto``, the stopped machines beyond what this plan leaves
-    room for terminated: those of the shapes the pool's work uses least, the longest
-    stopped first. Machines still stopping or stopped by this plan keep their places."""
-    limit = stopped_places(ctx)
-    excess = ctx.kept_stopped - limit
-    if excess <= 0 or not ctx.startable:
+    room for terminated, once its starts and ``launches`` are known (those count as
+    running): of the shapes the pool's work uses least, the longest stopped first.
+    Machines started, still stopping or stopped by this plan keep their places."""
+    started = {start.instance_id for start in starts}
+    limit = stopped_places(ctx, coming=len(started) + launches)
+    excess = ctx.kept_stopped - len(started) - limit
+    candidates = [i for i in ctx.startable if i.id not in started]
+    if excess <= 0 or not candidates:
         return
     usage = busy_types(ctx)
-    ranked = sorted(
-        ctx.startable, key=lambda i: (-usage[i.instance_type], -_stopped_since(i), i.id)
-    )
+    ranked = sorted(candidates, key=lambda i: (-usage[i.instance_type], -_stopped_since(i), i.id))
     dropped = ranked[max(0, len(ranked) - excess) :]
     for instance in dropped:
         ctx.terminate(instance.id, f"beyond {describe_places(ctx, limit)}", "stopped")

@@ -18,8 +18,9 @@ from dynagent.core.decide.context import Context
 UNBOUNDED = 1 << 30
 
 
-def stopped_places(ctx: Context) -> int:
-    """How many stopped machines the pool may keep after this plan."""
+def stopped_places(ctx: Context, coming: int = 0) -> int:
+    """How many stopped machines the pool may keep after this plan, with ``coming``
+    machines it starts or launches besides those running."""
     warm = ctx.provider.warm_pool
     if not warm.auto:
         return warm.stopped_limit
@@ -30,7 +31,7 @@ def stopped_places(ctx: Context) -> int:
     live = sum(
         1 for i in ctx.fleet.instances if i.live and i.id not in removed and i.id not in going
     )
-    return max(0, peak - live)
+    return max(0, peak - live - coming)
 
 
 def describe_places(ctx: Context, places: int) -> str:
