@@ -2,19 +2,22 @@
 through the reconcile function as Lambda runs it: a burst gets room for a burst of its
 sizes (and a duplicate delivery launches nothing more), a quiet night lets the room go,
 a cap holds the room, a gang arriving gets none; a stopped machine of the warm pool is
-started for the room; ``max_stopped: auto`` keeps what brings the pool back to its
-peak of agents and terminates the rest."""
+started for the room; with ``max_stopped: auto`` a stopped machine goes once its disk
+has billed what a start of it saves, a small one sooner than a large one."""
 
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
+from dynagent.aws import tags
+from dynagent.core.fleet import Mark
 from dynagent.core.snapshot import Arrival, Snapshot
 from dynagent.testing.aws.event_source import LambdaContext
 from dynagent.testing.aws.local_aws import LocalAws
 
-from .helpers import fifo_queue, managed_instances, published_event, snapshot
+from .helpers import fifo_queue, managed_instances, now, published_event, snapshot
 from .test_warm_pool import functions_for, idle_for, state_of
 
 V100S = ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]
@@ -38,16 +41,10 @@ class Pass:
         self.seq = 0
         self.last: Snapshot | None = None
 
-    def __call__(
-        self,
-        arrivals: tuple[tuple[int, int, int], ...] = (),
-        peak: int | None = None,
-        **fields: Any,
-    ) -> None:
+    def __call__(self, arrivals: tuple[tuple[int, int, int], ...] = (), **fields: Any) -> None:
         self.seq += 1
         shot = snapshot(self.seq, **fields)
-        arrived = tuple(Arrival(*a) for a in arrivals)
-        self.last = shot.model_copy(update={"arrivals": arrived, "peak_agents": peak})
+        self.last = shot.model_copy(update={"arrivals": tuple(Arrival(*a) for a in arrivals)})
         self.again()
 
     def again(self) -> None:
@@ -65,7 +62,8 @@ def test_a_burst_gets_room_and_a_duplicate_launches_nothing_more(
 ) -> None:
     send = Pass(sqs, functions_for(ec2, **AUTO))
     # Five 1-GPU tasks and a 4-GPU one came a minute ago; all run on one p3.16xlarge.
-    send(agents=[("i-busy", 8, 8)], arrivals=((60, 1, 5), (60, 4, 1)))
+    # Busy agents of another group's machines: the room is at most the slots busy.
+    send(agents=[("i-busy", 8, 8), ("i-busy-2", 8, 8)], arrivals=((60, 1, 5), (60, 4, 1)))
     launched = types(ec2)
     assert sum(launched.values()) >= 1
     slots = {"p3.2xlarge": 1, "p3.8xlarge": 4, "p3.16xlarge": 8}
@@ -76,17 +74,18 @@ def test_a_burst_gets_room_and_a_duplicate_launches_nothing_more(
 
 def test_a_quiet_night_lets_the_room_go(aws: LocalAws, ec2: Any, sqs: Any) -> None:
     send = Pass(sqs, functions_for(ec2, **AUTO))
-    send(arrivals=((120, 1, 1),))
+    busy = ("i-busy", 8, 8)
+    send(agents=[busy], arrivals=((120, 1, 1),))
     (machine,) = managed_instances(ec2)
     instance_id = str(machine["InstanceId"])
     assert machine["InstanceType"] == "p3.2xlarge"
-    send(agents=[(instance_id, 1, 0)], arrivals=((125, 1, 1),))
+    send(agents=[busy, (instance_id, 1, 0)], arrivals=((125, 1, 1),))
     idle_for(ec2, instance_id, minutes=30)
     # Idle past its period while work came within the hour: kept for it.
-    send(agents=[(instance_id, 1, 0)], arrivals=((1800, 1, 1),))
+    send(agents=[busy, (instance_id, 1, 0)], arrivals=((1800, 1, 1),))
     assert state_of(ec2, instance_id) == "running"
     # No task for an hour: the bridge reports none, and the room goes.
-    send(agents=[(instance_id, 1, 0)], arrivals=())
+    send(agents=[busy, (instance_id, 1, 0)], arrivals=())
     assert state_of(ec2, instance_id) in ("shutting-down", "terminated")
     assert not managed_instances(ec2)
 
@@ -117,31 +116,36 @@ def test_the_room_is_a_start_of_a_stopped_machine(aws: LocalAws, ec2: Any, sqs: 
     send(agents=[(instance_id, 1, 0)])
     assert state_of(ec2, instance_id) in ("stopping", "stopped")
     aws.clear_calls()
-    send(arrivals=((40, 1, 1),))
+    send(agents=[("i-busy", 8, 8)], arrivals=((40, 1, 1),))
     calls = Counter(aws.calls("ec2"))
     assert calls["StartInstances"] == 1 and not calls["RunInstances"] and not calls["CreateFleet"]
 
 
-def test_the_stopped_pool_keeps_what_brings_it_back_to_its_peak(
+def stopped_hours_ago(ec2: Any, instance_id: str, hours: float) -> None:
+    """The machine's stopped-at mark, aged: tests move the cloud's state, not the clock."""
+    since = tags.format_time(now() - timedelta(hours=hours))
+    ec2.create_tags(
+        Resources=[instance_id], Tags=[{"Key": tags.MARK_TAGS[Mark.STOPPED_AT], "Value": since}]
+    )
+
+
+def test_a_stopped_machine_goes_once_its_disk_billed_what_a_start_saves(
     aws: LocalAws, ec2: Any, sqs: Any
 ) -> None:
     warm = {"warm_pool": {"max_stopped": "auto"}, "warm_headroom_slots": 0}
     send = Pass(sqs, functions_for(ec2, **AUTO | warm))
-    send(pending=[("a", 8), ("b", 8)])
-    ids = sorted(str(i["InstanceId"]) for i in managed_instances(ec2))
-    assert len(ids) == 2
-    agents = [(i, 8, 0) for i in ids]
-    send(agents=agents, peak=2)
-    for instance_id in ids:
+    send(pending=[("a", 1), ("b", 8)])
+    machines = {str(i["InstanceType"]): str(i["InstanceId"]) for i in managed_instances(ec2)}
+    assert set(machines) == {"p3.2xlarge", "p3.16xlarge"}
+    agents = [(machines["p3.2xlarge"], 1, 0), (machines["p3.16xlarge"], 8, 0)]
+    send(agents=agents)
+    for instance_id in machines.values():
         idle_for(ec2, instance_id, minutes=30)
-    # Both idle past their period, at a peak of 2 agents: both stopped.
-    send(agents=agents, peak=2)
-    assert sorted(state_of(ec2, i) for i in ids) == ["stopped", "stopped"]
-    # The peak falls to 1 (the hour of two agents left the period): one is terminated,
-    # and a pass without the peak (the sweep's) keeps the other.
-    aws.clear_calls()
-    send(peak=1)
-    states = Counter(state_of(ec2, i) for i in ids)
-    assert states["stopped"] == 1 and states["terminated"] + states["shutting-down"] == 1
-    send(peak=None)
-    assert Counter(state_of(ec2, i) for i in ids)["stopped"] == 1
+    send(agents=agents)
+    assert {state_of(ec2, i) for i in machines.values()} == {"stopped"}
+    # Stopped 12 hours: past the p3.2xlarge's break-even (10.5 h), not the p3.16xlarge's.
+    for instance_id in machines.values():
+        stopped_hours_ago(ec2, instance_id, 12)
+    send()
+    assert state_of(ec2, machines["p3.2xlarge"]) in ("shutting-down", "terminated")
+    assert state_of(ec2, machines["p3.16xlarge"]) == "stopped"

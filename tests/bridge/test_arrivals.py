@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from dynagent.bridge.arrivals import ArrivalLog
-from dynagent.bridge.peaks import PeakLog
 from dynagent.bridge.reading import TaskReading, read_pools
 from dynagent.core.snapshot import ARRIVALS_WINDOW_SECONDS, Arrival
 from tests.builders import NOW
@@ -58,13 +57,3 @@ def test_the_reading_lists_every_task_of_the_pool_with_its_registered_time() -> 
     assert [(t.id, t.slots) for t in pool.tasks] == [("1.1", 4), ("2.1", 1)]
     assert pool.tasks[0].registered == NOW.replace(second=0, microsecond=500000)
     assert pool.tasks[1].registered is None
-
-
-def test_the_peak_is_the_most_agents_at_once_within_the_window() -> None:
-    peaks = PeakLog(window=100)
-    for second, count in ((0, 3), (10, 7), (20, 2), (150, 4)):
-        peaks.record(second, count)
-    assert peaks.peak(20) == 7
-    assert peaks.peak(109) == 7  # recorded at 10: still within 100 s
-    assert peaks.peak(111) == 4  # then the largest since
-    assert PeakLog(window=100).peak(0) == 0

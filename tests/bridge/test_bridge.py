@@ -534,18 +534,15 @@ def test_a_master_before_0_23_1_is_read_through_the_first_job_queue_api(
     ]
 
 
-def test_a_pool_with_auto_sizes_is_told_the_tasks_that_came_and_its_peak(
+def test_a_pool_with_auto_headroom_is_told_the_tasks_that_came(
     master: LocalDetermined, layout: Layout
 ) -> None:
     layout.cluster(master)
-    warm = {"max_stopped": "auto", "max_stopped_period": "48h"}
-    bridge, _ = bridge_for(master, layout.config(warm_headroom_slots="auto", warm_pool=warm))
+    bridge, _ = bridge_for(master, layout.config(warm_headroom_slots="auto"))
     clock = bridge.clock
     assert isinstance(clock, Clock)
     first = bridge.run_once()
     assert layout.ours(first).arrivals == ()
-    assert layout.ours(first).peak_agents == 2  # i-1 and i-2
-    assert all(s.peak_agents is None for s in first if s.pool != POOL)
     # Only the pool that sizes its headroom from them is told: the others' messages stay.
     assert all(s.arrivals is None for s in first if s.pool != POOL)
     master.submit("trial-1", 1, POOL)

@@ -16,7 +16,7 @@ from dynagent.core.decide.expected_work import (
 )
 from dynagent.core.fleet import Fleet
 from dynagent.core.plan import Plan
-from dynagent.core.snapshot import Arrival, Snapshot
+from dynagent.core.snapshot import Agent, Arrival, Snapshot
 from tests.builders import NOW, agent_instance, ago, fleet, pool, snapshot
 
 V100S = ["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]
@@ -35,8 +35,12 @@ def auto_pool(**overrides: Any) -> Any:
 
 
 def with_arrivals(shot: Snapshot, *arrivals: tuple[int, int, int]) -> Snapshot:
-    """The snapshot reporting (age, slots, count) arrivals."""
-    return shot.model_copy(update={"arrivals": tuple(Arrival(*a) for a in arrivals)})
+    """The snapshot reporting (age, slots, count) arrivals, with 16 slots busy on agents
+    of machines the pool does not manage: the room is at most the slots busy."""
+    busy = (Agent("other-1", 8, 8), Agent("other-2", 8, 8))
+    return shot.model_copy(
+        update={"arrivals": tuple(Arrival(*a) for a in arrivals), "agents": shot.agents + busy}
+    )
 
 
 def launched(plan: Plan) -> Counter[str]:
@@ -88,6 +92,18 @@ def test_an_idle_machine_is_kept_for_whole_machine_tasks_but_none_launched() -> 
     # A 16-GPU gang is no such task: the idle machine goes.
     shot = with_arrivals(snapshot(agents=[("i-1", 8, 0)]), (300, 16, 1))
     assert len(decide(auto_pool(), cloud, shot, NOW).terminations) == 1
+
+
+def test_the_room_is_at_most_the_slots_busy() -> None:
+    # Six 1-GPU tasks and a 4-GPU one came; 4 slots are busy: room for four of the 1-GPU
+    # tasks, the smallest first.
+    shot = snapshot(agents=[("other", 4, 4)]).model_copy(
+        update={"arrivals": (Arrival(120, 1, 6), Arrival(120, 4, 1))}
+    )
+    assert launched(decide(auto_pool(), Fleet(), shot, NOW)) == {"p3.2xlarge": 4}
+    # Nothing busy: no room at all.
+    idle_pool = shot.model_copy(update={"agents": ()})
+    assert decide(auto_pool(), Fleet(), idle_pool, NOW).launches == ()
 
 
 def test_without_the_arrivals_nothing_is_kept() -> None:

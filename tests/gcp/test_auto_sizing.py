@@ -2,7 +2,8 @@
 Compute, through the Cloud Function's code with Pub/Sub's CloudEvents and the real
 google-cloud-compute client: a burst gets room for a burst of its sizes (a redelivery
 adds nothing), a quiet night lets the room go, the cap holds the room, a gang arriving
-gets none; ``max_stopped: auto`` keeps what brings the pool back to its peak."""
+gets none; with ``max_stopped: auto`` a stopped VM goes once its disk has billed what a
+start of it saves, a small one sooner than a large one."""
 
 from __future__ import annotations
 
@@ -45,16 +46,12 @@ class Passes:
         self.seq = 0
         self.body = b""
 
-    def __call__(
-        self,
-        arrivals: tuple[tuple[int, int, int], ...] = (),
-        peak: int | None = None,
-        **fields: Any,
-    ) -> None:
+    def __call__(self, arrivals: tuple[tuple[int, int, int], ...] = (), **fields: Any) -> None:
         self.seq += 1
-        shot = snapshot(self.seq, pool="t4", **fields)
-        arrived = tuple(Arrival(*a) for a in arrivals)
-        shot = shot.model_copy(update={"arrivals": arrived, "peak_agents": peak})
+        # Two busy agents of another group's machines: the room is at most the slots busy.
+        agents = [*fields.pop("agents", ()), ("other-1", 4, 4), ("other-2", 4, 4)]
+        shot = snapshot(self.seq, pool="t4", agents=agents, **fields)
+        shot = shot.model_copy(update={"arrivals": tuple(Arrival(*a) for a in arrivals)})
         self.body = shot.to_json().encode()
         self.again()
 
@@ -68,10 +65,14 @@ class Passes:
         return [vm for vm in managed(self.compute) if vm["status"] != "STOPPING"]
 
     def idle_for(self, name: str, minutes: float) -> None:
-        since = now() - timedelta(minutes=minutes)
+        self.mark(name, Mark.IDLE_SINCE, hours=minutes / 60)
+
+    def mark(self, name: str, mark: Mark, hours: float) -> None:
+        """The VM's ``mark``, aged: tests move the cloud's state, not the clock."""
+        since = now() - timedelta(hours=hours)
         provider = provider_for(self.compute, self.config)
         provider.observe()
-        provider.write_marks((MarkWrite(Mark.IDLE_SINCE, since, (name,), "aged by the test"),))
+        provider.write_marks((MarkWrite(mark, since, (name,), "aged by the test"),))
 
 
 def machine(vm: dict[str, Any]) -> str:
@@ -118,20 +119,24 @@ def test_a_gang_arriving_gets_no_room(compute: LocalCompute) -> None:
     assert passes.vms() == []
 
 
-def test_the_stopped_pool_keeps_what_brings_it_back_to_its_peak(compute: LocalCompute) -> None:
+def test_a_stopped_vm_goes_once_its_disk_billed_what_a_start_saves(
+    compute: LocalCompute,
+) -> None:
     passes = Passes(compute, warm_pool={"max_stopped": "auto"}, warm_headroom_slots=0)
-    passes(pending=[("a", 4), ("b", 4)])
-    names = sorted(str(vm["name"]) for vm in passes.vms())
-    agents = [(name, 4, 0) for name in names]
-    passes(agents=agents, peak=2)
-    for name in names:
+    passes(pending=[("a", 1), ("b", 4)])
+    by_type = {machine(vm): str(vm["name"]) for vm in passes.vms()}
+    assert set(by_type) == {"n1-standard-8", "n1-standard-32"}
+    agents = [(by_type["n1-standard-8"], 1, 0), (by_type["n1-standard-32"], 4, 0)]
+    passes(agents=agents)
+    for name in by_type.values():
         passes.idle_for(name, 30)
-    passes(agents=agents, peak=2)
-    assert [compute.instance(n)["status"] for n in names] == ["TERMINATED", "TERMINATED"]
-    passes(peak=1)  # the peak of two agents left the period: one VM deleted
-    assert len(pool_vms(compute)) == 1
-    passes(peak=None)  # no peak said: nothing deleted for the count
-    assert [vm["status"] for vm in pool_vms(compute)] == ["TERMINATED"]
+    passes(agents=agents)
+    assert {vm["status"] for vm in pool_vms(compute)} == {"TERMINATED"}  # GCE's stopped
+    # Stopped 6 hours: past the 1-T4 VM's break-even (5 h), not the 4-T4 one's (20 h).
+    for name in by_type.values():
+        passes.mark(name, Mark.STOPPED_AT, hours=6)
+    passes()
+    assert [str(vm["name"]) for vm in pool_vms(compute)] == [by_type["n1-standard-32"]]
 
 
 def pool_vms(compute: LocalCompute) -> list[dict[str, Any]]:

@@ -178,8 +178,8 @@ def test_it_matches_with_sizes_from_arrivals_and_the_peak_of_agents(
     seed: int, max_stopped: int | str, period: str
 ) -> None:
     # The room kept changes as arrivals leave the hour's window, and with max_stopped
-    # auto the stopped machines kept as the peak of agents leaves its period, with no
-    # change of the master: the fast path must wake for them as every heartbeat would.
+    # auto a stopped machine goes at its own break-even time, with no change of the
+    # master: the fast path must wake for them as every heartbeat would.
     shape = mixed_pool(
         max_instances=12,
         warm_headroom_slots="auto",

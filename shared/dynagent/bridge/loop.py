@@ -25,7 +25,6 @@ from .arrivals import ArrivalLog
 from .client import MasterClient, MasterRefused, MasterUnavailable
 from .drain import Drainer
 from .idle import IdleClock
-from .peaks import PeakLog
 from .reading import PoolReading, read_pools
 
 # A snapshot at least this often, changed or not: the functions' heartbeat.
@@ -82,8 +81,6 @@ class Bridge:
     handbacks: dict[str, dict[str, DrainNotice]] = field(default_factory=dict)
     # By pool with warm_headroom_slots auto: the tasks that came lately (bridge.arrivals).
     arrival_logs: dict[str, ArrivalLog] = field(default_factory=dict)
-    # By pool with warm_pool.max_stopped auto: its most agents at once (bridge.peaks).
-    peak_logs: dict[str, PeakLog] = field(default_factory=dict)
 
     def run_once(self) -> list[Snapshot]:
         """One pass; the snapshots it published (none when the master was not read)."""
@@ -272,11 +269,6 @@ class Bridge:
         )
         if log is not None:
             log.read(reading.tasks, now)
-        peaks = None
-        if provider.warm_pool.auto:
-            window = provider.warm_pool.max_stopped_period.total_seconds()
-            peaks = self.peak_logs.setdefault(reading.name, PeakLog(window))
-            peaks.record(now.timestamp(), len(reading.agents))
         agents = tuple(
             a.as_agent(
                 draining=drainer.reported_draining(a),
@@ -312,5 +304,4 @@ class Bridge:
             # This bridge reports retirements: the functions need no lease on a drain.
             retires=True if drains else None,
             arrivals=None if log is None else log.arrivals(now),
-            peak_agents=None if peaks is None else peaks.peak(now.timestamp()),
         )

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 
 from dynagent.bridge import command as bridge_command
@@ -17,6 +18,7 @@ from dynagent.core.boot.master import master_address
 from dynagent.core.config import AwsProvider, Config, ProviderConfig
 from dynagent.core.decide.cap_fill import FILL_WITHIN, fill_shapes
 from dynagent.core.decide.expected_work import BOOT_SECONDS, QUANTILE, START_SECONDS
+from dynagent.core.decide.warm_pool_size import kept_for
 from dynagent.core.durations import format_duration
 from dynagent.core.offerings import Catalog
 from dynagent.core.prices import AWS_PRICES_REGION, GCE_PRICES_REGION
@@ -225,18 +227,18 @@ def describe_config(config: Config) -> list[str]:
             disk = p.stopped_disk_per_hour
             if warm.auto:
                 kept = (
-                    "as many as bring the pool back to its most agents at once over the "
-                    f"last {period} (auto)"
+                    "each kept until its disk has billed what a start of it saves over a "
+                    f"launch (auto: {_break_even(p)}), at most {period}"
                 )
                 bill = "a day each"
                 per_day = disk * 24
             else:
-                kept = f"up to {_count(warm.stopped_limit, 'stopped machine')}"
+                count = _count(warm.stopped_limit, "stopped machine")
+                kept = f"up to {count}, each kept {period} at most"
                 bill = "a day for all"
                 per_day = disk * warm.stopped_limit * 24
             lines.append(
-                f"  warm pool: idle agents are stopped, not terminated, {kept}, each "
-                f"kept {period} at most; new work "
+                f"  warm pool: idle agents are stopped, not terminated, {kept}; new work "
                 "starts them before launching (a start skips the boot's image pull); a "
                 f"stopped machine bills its disk, ${disk:.3f}/h, ${per_day:.2f} {bill}"
             )
@@ -298,6 +300,15 @@ def _offerings(catalog: Catalog) -> list[str]:
             f"{where} ${offering.price:.2f}/h"
         )
     return [f"{shape}: {', '.join(ways)}" for shape, ways in lines.items()]
+
+
+def _break_even(provider: ProviderConfig) -> str:
+    """How long a stopped machine of each offered type is kept with ``auto``."""
+    catalog = provider.catalog()
+    times: dict[str, timedelta] = {}
+    for offering in catalog.offerings:
+        times.setdefault(offering.instance_type, kept_for(provider, offering.price))
+    return ", ".join(f"{name} {format_duration(kept)}" for name, kept in times.items())
 
 
 def _count(count: int, noun: str) -> str:

@@ -151,13 +151,6 @@ class Snapshot(_Wire):
     arrivals: tuple[Arrival, ...] | None = Field(
         default=None, exclude_if=lambda arrivals: arrivals is None
     )
-    # Optional within version 1: the most agents the pool had connected at once over the
-    # last warm_pool.max_stopped_period of its config, as far as the publisher saw (null:
-    # it does not say). A pool with ``max_stopped: auto`` keeps as many stopped machines
-    # as would bring it back there.
-    peak_agents: int | None = Field(
-        default=None, ge=0, le=MAX_SLOTS, exclude_if=lambda peak: peak is None
-    )
 
     def to_json(self) -> str:
         return self.model_dump_json()

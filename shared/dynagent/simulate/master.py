@@ -40,7 +40,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dynagent.bridge.peaks import PeakLog
 from dynagent.bridge.reading import AgentReading, PoolReading
 from dynagent.core.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
 from dynagent.core.snapshot import ARRIVALS_WINDOW_SECONDS, Arrival, PendingTask, Snapshot
@@ -117,7 +116,6 @@ class SimMaster:
         fitting_policy: FittingPolicy = DEFAULT_FITTING_POLICY,
         max_aux: int = MAX_AUX_CONTAINERS_PER_AGENT,
         reports_arrivals: bool = False,
-        peak_window: int | None = None,
     ) -> None:
         self.pool = pool
         self.sizes = tuple(sorted(set(sizes)))
@@ -132,9 +130,6 @@ class SimMaster:
         # (second, slots) of the arrivals a snapshot reports, as ``dynagent bridge`` does
         # (``bridge.arrivals``); None: its snapshots report none.
         self.arrived: deque[tuple[int, int]] | None = deque() if reports_arrivals else None
-        # The most agents at once over ``peak_window`` seconds, as ``dynagent bridge``
-        # reports it (``bridge.peaks``); None: its snapshots report none.
-        self.peaks = None if peak_window is None else PeakLog(peak_window)
         # Agents running nothing, and the slots of connected and of idle agents.
         self.idle_agents: dict[SimAgent, None] = {}
         self.connected_slots = 0
@@ -430,13 +425,7 @@ class SimMaster:
             agents=tuple(agent.wire() for agent in self.agents.values()),
             fitting_policy=self.fitting_policy,
             arrivals=None if self.arrived is None else self._arrivals(seconds_at(now)),
-            peak_agents=None if self.peaks is None else self._peak(seconds_at(now)),
         )
-
-    def _peak(self, now: int) -> int:
-        assert self.peaks is not None
-        self.peaks.record(now, len(self.agents))
-        return self.peaks.peak(now)
 
     def _arrivals(self, now: int) -> tuple[Arrival, ...]:
         """The arrivals within the window before ``now``, newest first."""
@@ -450,18 +439,11 @@ class SimMaster:
             counts[key] = counts.get(key, 0) + 1
         return tuple(Arrival(age, slots, count) for (age, slots), count in counts.items())
 
-    def history_changes_at(self, after: int) -> int | None:
-        """The first second after ``after`` at which what a snapshot reports of the past
-        changes with no change of the master: an arrival leaves its window, or the peak
-        of agents may fall."""
-        times = []
-        if self.arrived:
-            times.append(self.arrived[0][0] + ARRIVALS_WINDOW_SECONDS + 1)
-        if self.peaks is not None:
-            falls = self.peaks.next_change()
-            if falls is not None:
-                times.append(int(falls) + 1)
-        return max(min(times), after + 1) if times else None
+    def arrivals_leave_at(self, after: int) -> int | None:
+        """The first second after ``after`` at which an arrival leaves the window."""
+        if not self.arrived:
+            return None
+        return max(self.arrived[0][0] + ARRIVALS_WINDOW_SECONDS + 1, after + 1)
 
     def take_change(self) -> Change:
         """How the master changed since the last call."""

@@ -41,6 +41,7 @@ from dynagent.bridge.drain import RETIRE_AFTER, Drainer
 from dynagent.bridge.idle import IdleClock
 from dynagent.bridge.loop import INTERVAL_SECONDS
 from dynagent.core.config import Pool, Settings
+from dynagent.core.decide.warm_pool_size import kept_for
 from dynagent.core.fleet import Fleet, Mark
 from dynagent.core.interruptions import INTERRUPTION, Notice, plan_interruption
 from dynagent.core.plan import Plan
@@ -276,15 +277,19 @@ class DynagentPolicy:
                 # Half the idle period on, the idle mark of an agent pending tasks count
                 # on is renewed (decide.marks.still_wanted).
                 deadlines.append(seconds_at(idle) + -(-self._periods[Mark.IDLE_SINCE] // 2))
-        # A stopped machine of the warm pool past its period is deleted by the sweep.
-        stopped_for = int(self.pool.provider.warm_pool.max_stopped_period.total_seconds())
-        deadlines += [i.stopped + stopped_for for i in self.cloud.stopped_instances() if i.stopped]
+        # A stopped machine of the warm pool past its period (with max_stopped auto, its
+        # break-even time) is deleted by the sweep.
+        provider = self.pool.provider
+        deadlines += [
+            i.stopped + int(kept_for(provider, i.offering.price).total_seconds())
+            for i in self.cloud.stopped_instances()
+            if i.stopped
+        ]
         # A refused offering back in the catalog may be the cheaper shape for pending
         # tasks or the smallest one warm headroom is kept on.
         deadlines += self.cloud.remembered_until()
-        # Warm headroom sized from arrivals, and a warm pool sized from the peak of
-        # agents, change as the oldest of those leaves its window.
-        leave = self.master.history_changes_at(now)
+        # Warm headroom sized from arrivals changes as the oldest leaves the window.
+        leave = self.master.arrivals_leave_at(now)
         if leave is not None:
             deadlines.append(leave)
         # A reservation starting takes new work; one ending lets its idle agents go

@@ -161,7 +161,7 @@ def _warm_pool(replay: Replay) -> list[str]:
     return [
         "warm pool (dynagent): "
         + (
-            "as many stopped as bring it back to its peak"
+            "stopped ones kept until their disk bills what a start saves"
             if warm.auto
             else f"up to {warm.max_stopped} stopped"
         )

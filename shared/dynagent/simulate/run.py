@@ -174,9 +174,6 @@ class Simulation:
             free_slots_matter=policy == "dynagent"
             and (provider.headroom_slots > 0 or provider.headroom_auto),
             reports_arrivals=policy == "dynagent" and provider.headroom_auto,
-            peak_window=int(provider.warm_pool.max_stopped_period.total_seconds())
-            if policy == "dynagent" and provider.warm_pool.auto
-            else None,
             fitting_policy=options.fitting_policy,
             max_aux=pool.max_aux_containers_per_agent,
         )

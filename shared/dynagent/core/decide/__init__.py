@@ -8,7 +8,7 @@ says why.
 the fleet ``walk`` (with the ``removals`` it makes), ``idle`` reaping, ``trim`` to the
 caps, ``launches`` (with ``gang_spares``, ``zero_slot`` work and warm ``headroom``) and
 ``marks``. The ``warm_pool`` of stopped machines takes part in the walk, the reaping and
-the launches; with ``max_stopped: auto`` it is bounded once the launches are known.
+the launches.
 ``context`` holds one decision's inputs and what the rules share.
 """
 
@@ -25,7 +25,6 @@ from dynagent.core.decide.removals import INTERRUPTION_GRACE
 from dynagent.core.decide.spot_requests import review_spot_requests
 from dynagent.core.decide.trim import trim_to_max
 from dynagent.core.decide.walk import walk_fleet
-from dynagent.core.decide.warm_pool import trim_stopped
 from dynagent.core.fleet import Fleet
 from dynagent.core.packing import AT_CAP
 from dynagent.core.plan import Cancellation, DrainNotice, Plan, Stop, Termination
@@ -57,8 +56,6 @@ def decide(
         # either: its start waits too.
         waiting.append(f"{len(launches) + len(starts)} launches held: {held}")
         launches, starts = (), ()
-    if pool.provider.warm_pool.auto:
-        trim_stopped(ctx, starts, len(launches))
     stops = tuple(Stop(i, f"{t.reason}: stopped for the warm pool") for i, t in stopped(ctx))
     return Plan(
         pool=pool.name,

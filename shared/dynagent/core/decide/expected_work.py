@@ -8,7 +8,8 @@ pool with a warm pool, else a boot). Over the last hour's arrivals, the work in
 the lead time before each is counted, and the room kept is that of the arrival at the
 ``QUANTILE`` of those counts (tasks weighed alike): the tasks that came then, by size.
 So a pool whose work comes alone keeps room for one task, a pool whose work comes in
-bursts room for a typical burst, and a quiet pool nothing (no arrival within the hour).
+bursts room for a large burst, and a quiet pool nothing (no arrival within the hour).
+The room is at most the slots busy now (``ROOM_SHARE``), of the smallest tasks first.
 
 Tasks of a whole machine of the pool's largest shape start on empty machines only:
 no machine is launched for them (it would bill whole while it waits), but an idle one
@@ -17,6 +18,8 @@ keeps its idle machines for its period. Tasks larger than a machine are left out
 """
 
 from __future__ import annotations
+
+import math
 
 from dynagent.core.decide.context import Context
 from dynagent.core.snapshot import Arrival, PendingTask
@@ -29,6 +32,10 @@ BOOT_SECONDS = 360
 # traces, boot seed 0 (docs/warm-pools.md): at 0.6 cluster07's median task waited 50 s
 # where Determined's started at once; 0.9 bills 0.6 % more there and starts it at once.
 QUANTILE = 0.9
+# The room kept is at most this share of the slots busy now: in a small or sparse pool,
+# whose bursts are large beside the work it runs, room sized for them would bill more
+# than the work (on a 60-task day, 1.05 x Determined's bill; 0.95 x with this bound).
+ROOM_SHARE = 1.0
 
 
 def expected_arrivals(ctx: Context, whole_machines: bool = False) -> tuple[PendingTask, ...]:
@@ -45,7 +52,21 @@ def expected_arrivals(ctx: Context, whole_machines: bool = False) -> tuple[Pendi
     # with the arrivals, which every snapshot carries.
     lead = START_SECONDS if ctx.provider.warm_pool.enabled else BOOT_SECONDS
     sizes = burst_before(arrivals, whole, lead)
+    busy = sum(agent.used_slots for agent in snapshot.agents) if snapshot else 0
+    sizes = within_share(sizes, math.ceil(ROOM_SHARE * busy))
     return tuple(PendingTask(f"expected-{n}", slots) for n, slots in enumerate(sizes))
+
+
+def within_share(sizes: list[int], allowed: int) -> list[int]:
+    """The smallest of ``sizes`` (largest first) that fit in ``allowed`` slots together."""
+    kept: list[int] = []
+    total = 0
+    for slots in reversed(sizes):
+        if total + slots > allowed:
+            break
+        kept.append(slots)
+        total += slots
+    return kept[::-1]
 
 
 def burst_before(arrivals: tuple[Arrival, ...], whole: int, lead: int) -> list[int]:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from dynagent.core.config import AwsProvider
 from dynagent.core.decide.context import Context
 from dynagent.core.decide.removals import remove_stopped
-from dynagent.core.decide.warm_pool_size import UNBOUNDED, describe_places, stopped_places
+from dynagent.core.decide.warm_pool_size import kept_for
 from dynagent.core.durations import format_duration
 from dynagent.core.fleet import Instance, InstanceState, Mark
 from dynagent.core.offerings import offering_of
@@ -37,11 +37,11 @@ def busy_types(ctx: Context) -> Counter[str]:
 def keep_warm(ctx: Context, stopped: Iterable[Instance]) -> None:
     """Of the pool's stopped machines, terminate those the warm pool may not keep:
     interrupted by the cloud (EC2 reclaims a spot machine), of another boot config
-    (``boot.drift``) or a type no longer offered, stopped past ``max_stopped_period``,
-    and beyond ``max_stopped``. The others stay; the STOPPED ones may be started. A Spot
+    (``boot.drift``) or a type no longer offered, stopped past ``max_stopped_period``
+    (with ``auto``, past its break-even time: ``warm_pool_size``), and beyond
+    ``max_stopped``. The others stay; the STOPPED ones may be started. A Spot
     VM the cloud preempted and stopped (GCE, ``instanceTerminationAction: STOP``) is an
     interruption, counted once, and then a stopped machine like the others."""
-    warm = ctx.provider.warm_pool
     now_config = ctx.boot_config
     candidates = []
     for instance in stopped:
@@ -68,18 +68,17 @@ def keep_warm(ctx: Context, stopped: Iterable[Instance]) -> None:
             )
             continue
         since = instance.stopped_at or instance.launched_at
-        if ctx.now - since >= warm.max_stopped_period:
+        period = kept_for(ctx.provider, ctx.price(instance))
+        if ctx.now - since >= period:
             ctx.terminate(
                 instance.id,
                 f"stopped for {format_duration(ctx.now - since)} "
-                f"(warm_pool.max_stopped_period {format_duration(warm.max_stopped_period)})",
+                f"(warm_pool.max_stopped_period {format_duration(period)})",
                 "stopped",
             )
             continue
         candidates.append(instance)
-    # With ``auto`` the bound depends on the machines this plan keeps running: it is
-    # applied once the plan's reaps, starts and launches are known (``trim_stopped``).
-    limit = UNBOUNDED if warm.auto else warm.stopped_limit
+    limit = max_stopped(ctx)
     usage = busy_types(ctx) if len(candidates) > limit else Counter[str]()
     candidates.sort(key=lambda i: (-usage[i.instance_type], -_stopped_since(i), i.id))
     for instance in candidates[limit:]:
@@ -87,6 +86,13 @@ def keep_warm(ctx: Context, stopped: Iterable[Instance]) -> None:
     kept = candidates[:limit]
     ctx.kept_stopped = len(kept)
     ctx.startable = [i for i in kept if i.state is InstanceState.STOPPED]
+
+
+def max_stopped(ctx: Context) -> int:
+    """``max_stopped``; with ``auto`` no count (as many as the pool has machines): each
+    stopped machine goes at its own break-even time instead (``warm_pool_size``)."""
+    warm = ctx.provider.warm_pool
+    return len(ctx.fleet.instances) if warm.auto else warm.stopped_limit
 
 
 def _stopped_since(instance: Instance) -> float:
@@ -111,7 +117,7 @@ def stop_reaped(ctx: Context, reaped: list[str]) -> None:
         return
     by_id = ctx.by_id
     stoppable = [by_id[i] for i in reaped if can_stop(ctx, by_id[i])]
-    limit = stopped_places(ctx)
+    limit = max_stopped(ctx)
     room = limit - ctx.kept_stopped
     if len(stoppable) <= room:
         for instance in stoppable:
@@ -133,7 +139,7 @@ def stop_reaped(ctx: Context, reaped: list[str]) -> None:
         if instance.id not in kept:
             ctx.terminate(
                 instance.id,
-                f"beyond {describe_places(ctx, limit)}: its place goes to a machine of a "
+                f"beyond warm_pool.max_stopped ({limit}): its place goes to a machine of a "
                 "shape the pool's work uses more",
                 "stopped",
             )
@@ -142,27 +148,6 @@ def stop_reaped(ctx: Context, reaped: list[str]) -> None:
     for instance in stoppable:
         if instance.id in kept:
             ctx.stop(instance.id)
-
-
-def trim_stopped(ctx: Context, starts: tuple[Start, ...], launches: int) -> None:
-    """With ``max_stopped: auto``, the stopped machines beyond what this plan leaves
-    room for terminated, once its starts and ``launches`` are known (those count as
-    running): of the shapes the pool's work uses least, the longest stopped first.
-    Machines started, still stopping or stopped by this plan keep their places."""
-    started = {start.instance_id for start in starts}
-    limit = stopped_places(ctx, coming=len(started) + launches)
-    excess = ctx.kept_stopped - len(started) - limit
-    candidates = [i for i in ctx.startable if i.id not in started]
-    if excess <= 0 or not candidates:
-        return
-    usage = busy_types(ctx)
-    ranked = sorted(candidates, key=lambda i: (-usage[i.instance_type], -_stopped_since(i), i.id))
-    dropped = ranked[max(0, len(ranked) - excess) :]
-    for instance in dropped:
-        ctx.terminate(instance.id, f"beyond {describe_places(ctx, limit)}", "stopped")
-    gone = {instance.id for instance in dropped}
-    ctx.kept_stopped -= len(gone)
-    ctx.startable = [i for i in ctx.startable if i.id not in gone]
 
 
 def start_instead(ctx: Context, launches: list[Launch]) -> tuple[list[Launch], list[Start]]:
