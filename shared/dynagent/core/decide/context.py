@@ -23,7 +23,7 @@ from dynagent.core.fleet import (
     SpotRequest,
 )
 from dynagent.core.offerings import Catalog, Shape
-from dynagent.core.packing import Existing
+from dynagent.core.packing import Demand, Existing, pack
 from dynagent.core.plan import (
     Adoption,
     Interruption,
@@ -283,3 +283,29 @@ def live_count(ctx: Context) -> int:
     """Instances and requests that are or will become agents, after this plan's removals."""
     requests = ctx.fleet.spot_requests
     return ctx.kept_count + sum(1 for r in requests if request_is_capacity(ctx, r))
+
+
+def pack_pending(
+    ctx: Context,
+    pending: tuple[PendingTask, ...],
+    existing: list[Existing],
+    live: int,
+    held_slots: int = 0,
+) -> Demand:
+    """Where the master will put ``pending`` (``packing.pack``), within the pool's caps,
+    less ``held_slots`` of the cap in slots."""
+    provider = ctx.provider
+    cap, machines = provider.slot_cap, provider.machine_cap
+    slot_room = slots_left(ctx)
+    return pack(
+        pending,
+        ctx.shapes,
+        existing,
+        room=None if machines is None else max(0, machines - live),
+        max_machines=machines,
+        largest_slots=provider.slots_per_instance,
+        slot_room=None if slot_room is None else max(0, slot_room - held_slots),
+        max_slots=cap,
+        sizes=tuple({o.slots for o in ctx.catalog.offerings}),
+        fitting_policy=ctx.snapshot.fitting_policy if ctx.snapshot else None,
+    )

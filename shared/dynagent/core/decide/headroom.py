@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from dynagent.core.decide.context import Context, live_count, slots_left
+from dynagent.core.decide.context import Context, live_count, pack_pending
 from dynagent.core.decide.expected_work import expected_arrivals
 from dynagent.core.offerings import Shape
-from dynagent.core.packing import Demand, Existing, pack
+from dynagent.core.packing import Demand, Existing
 from dynagent.core.plan import (
     Launch,
 )
-from dynagent.core.snapshot import ARRIVALS_WINDOW_SECONDS, PendingTask
+from dynagent.core.snapshot import ARRIVALS_WINDOW_SECONDS
 
 
 def headroom_launches(
@@ -69,7 +69,7 @@ def _expected_work_launches(
     room = [Existing(slots, free, arriving=False) for slots, free in demand.free_after]
     room += [Existing(m.shape.slots, m.shape.slots - m.used) for m in demand.new_machines]
     held = sum(la.offering.slots for la in launches if la.offering is not None)
-    more = _pack(ctx, expected, room, live, held)
+    more = pack_pending(ctx, expected, room, live, held)
     if not more.new_machines:
         return []
     catalog = ctx.catalog
@@ -82,26 +82,6 @@ def _expected_work_launches(
         )
         for machine in more.new_machines
     ]
-
-
-def _pack(
-    ctx: Context, tasks: tuple[PendingTask, ...], room: list[Existing], live: int, held: int
-) -> Demand:
-    provider = ctx.provider
-    cap, machines = provider.slot_cap, provider.machine_cap
-    slot_room = slots_left(ctx)
-    return pack(
-        tasks,
-        ctx.shapes,
-        room,
-        room=None if machines is None else max(0, machines - live),
-        max_machines=machines,
-        largest_slots=provider.slots_per_instance,
-        slot_room=None if slot_room is None else max(0, slot_room - held),
-        max_slots=cap,
-        sizes=tuple({o.slots for o in ctx.catalog.offerings}),
-        fitting_policy=ctx.snapshot.fitting_policy if ctx.snapshot else None,
-    )
 
 
 class ExpectedWorkGuard:
@@ -127,12 +107,12 @@ class ExpectedWorkGuard:
         pending = tuple(t for t in (ctx.snapshot.pending if ctx.snapshot else ()) if t.slots > 0)
         live = live_count(ctx)
         if pending:
-            first = _pack(ctx, pending, machines, live, 0)
+            first = pack_pending(ctx, pending, machines, live, 0)
             machines = [
                 Existing(m.slots, f, m.arriving)
                 for m, (_, f) in zip(machines, first.free_after, strict=True)
             ]
-        placed = _pack(ctx, expected, machines, live, 0)
+        placed = pack_pending(ctx, expected, machines, live, 0)
         self.kept = {
             instance_id
             for (instance_id, machine), (_, free) in zip(candidates, placed.free_after, strict=True)

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from dynagent.core.decide.context import Context, Survey, live_count
+from dynagent.core.decide.context import Context, Survey, live_count, pack_pending
 from dynagent.core.decide.headroom import ExpectedWorkGuard, HeadroomGuard
-from dynagent.core.decide.launches import pack_pending
 from dynagent.core.decide.warm_pool import stop_reaped
 from dynagent.core.durations import format_duration
 from dynagent.core.fitting import agents_for_zero_slot

@@ -12,13 +12,19 @@ from datetime import datetime
 from dynagent.core.boot.master import MasterUrlError, master_address
 from dynagent.core.config import Pool
 from dynagent.core.decide.cap_fill import cap_fill_launches
-from dynagent.core.decide.context import Context, live_count, request_is_capacity, slots_left
+from dynagent.core.decide.context import (
+    Context,
+    live_count,
+    pack_pending,
+    request_is_capacity,
+    slots_left,
+)
 from dynagent.core.decide.gang_spares import gang_spare_launches
 from dynagent.core.decide.headroom import headroom_launches
 from dynagent.core.decide.warm_pool import start_instead
 from dynagent.core.decide.zero_slot import zero_slot_launches
 from dynagent.core.offerings import Catalog, Offering, Shape
-from dynagent.core.packing import NO_CAP, Demand, Existing, NewMachine, pack
+from dynagent.core.packing import NO_CAP, Demand, Existing, NewMachine
 from dynagent.core.plan import Launch, Start
 from dynagent.core.reservations import reserved_offering
 from dynagent.core.snapshot import PendingTask, Snapshot
@@ -157,32 +163,6 @@ def launches_for_demand(catalog: Catalog, machines: list[NewMachine]) -> list[La
         tasks = machine.tasks
         launches.append(Launch(f"pending tasks: {', '.join(tasks)}", tuple(tasks), offerings))
     return launches
-
-
-def pack_pending(
-    ctx: Context,
-    pending: tuple[PendingTask, ...],
-    existing: list[Existing],
-    live: int,
-    held_slots: int = 0,
-) -> Demand:
-    """Where the master will put ``pending`` (``packing.pack``), within the pool's caps,
-    less ``held_slots`` of the cap in slots."""
-    provider = ctx.provider
-    cap, machines = provider.slot_cap, provider.machine_cap
-    slot_room = slots_left(ctx)
-    return pack(
-        pending,
-        ctx.shapes,
-        existing,
-        room=None if machines is None else max(0, machines - live),
-        max_machines=machines,
-        largest_slots=provider.slots_per_instance,
-        slot_room=None if slot_room is None else max(0, slot_room - held_slots),
-        max_slots=cap,
-        sizes=tuple({o.slots for o in ctx.catalog.offerings}),
-        fitting_policy=ctx.snapshot.fitting_policy if ctx.snapshot else None,
-    )
 
 
 def existing_machines(ctx: Context, room: list[tuple[str, Existing]]) -> list[Existing]:
