@@ -10,7 +10,7 @@ keeps less free room, never more. Only the bridge's memory holds this.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -47,12 +47,16 @@ class ArrivalLog:
 
     def arrivals(self, now: datetime) -> tuple[Arrival, ...]:
         """The arrivals within the window, newest first, those of one read together."""
-        counts: dict[tuple[int, int], int] = {}
-        for moment, slots in reversed(self._recent):
-            age = _age(moment, now)
-            if 0 <= age <= ARRIVALS_WINDOW_SECONDS:
-                counts[age, slots] = counts.get((age, slots), 0) + 1
-        return tuple(Arrival(age, slots, count) for (age, slots), count in counts.items())
+        return grouped((_age(moment, now), slots) for moment, slots in reversed(self._recent))
+
+
+def grouped(arrived: Iterable[tuple[int, int]]) -> tuple[Arrival, ...]:
+    """(age, slots) of each task, newest first, as the snapshot's ``arrivals``: one entry
+    per age and size, those beyond the window (or from the future) left out."""
+    counts: Counter[tuple[int, int]] = Counter(
+        (age, slots) for age, slots in arrived if 0 <= age <= ARRIVALS_WINDOW_SECONDS
+    )
+    return tuple(Arrival(age, slots, count) for (age, slots), count in counts.items())
 
 
 def _age(moment: datetime, now: datetime) -> int:

@@ -40,6 +40,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from dynagent.bridge.arrivals import grouped
 from dynagent.bridge.reading import AgentReading, PoolReading
 from dynagent.core.fitting import DEFAULT_FITTING_POLICY, FittingPolicy
 from dynagent.core.snapshot import ARRIVALS_WINDOW_SECONDS, Arrival, PendingTask, Snapshot
@@ -433,11 +434,7 @@ class SimMaster:
         assert arrived is not None
         while arrived and now - arrived[0][0] > ARRIVALS_WINDOW_SECONDS:
             arrived.popleft()
-        counts: dict[tuple[int, int], int] = {}
-        for second, slots in reversed(arrived):
-            key = (now - second, slots)
-            counts[key] = counts.get(key, 0) + 1
-        return tuple(Arrival(age, slots, count) for (age, slots), count in counts.items())
+        return grouped((now - second, slots) for second, slots in reversed(arrived))
 
     def arrivals_leave_at(self, after: int) -> int | None:
         """The first second after ``after`` at which an arrival leaves the window."""

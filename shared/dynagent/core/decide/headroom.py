@@ -104,7 +104,7 @@ class ExpectedWorkGuard:
             return
         candidates = [(i, m) for i, m in room if i not in ctx.terminations]
         machines = [m for _, m in candidates]
-        pending = tuple(t for t in (ctx.snapshot.pending if ctx.snapshot else ()) if t.slots > 0)
+        pending = tuple(t for t in ctx.snapshot.pending if t.slots > 0)
         live = live_count(ctx)
         if pending:
             first = pack_pending(ctx, pending, machines, live, 0)
