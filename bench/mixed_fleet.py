@@ -4,7 +4,7 @@ For every shared trace: a pool offering p3.2xlarge, p3.8xlarge and p3.16xlarge (
 and 8 V100s at list prices, the same $3.06 per GPU-hour), whose ``instance_type`` is
 the p3.16xlarge Determined's own provisioner would run, written as an admin copies it
 from master.yaml: ``max_instances: 3000`` and no ``offerings.max_slots`` (the cap is
-then 3000 x 8 slots, in any machines); the default boots (180 s to a registered agent
+then 3000 x 8 slots, in any machines); the default boots (360 s to a registered agent
 on a p3.2xlarge, 3 s more per GPU past the first, each ± 20 s); replayed with a
 5-minute and with the default 20-minute idle period, and with warm headroom of 0 to 8
 slots (at 5 minutes). Beside it, the same pool with an explicit ``max_slots: 3000`` (at
@@ -103,7 +103,7 @@ def run(paths: list[Path]) -> dict[str, Any]:
     return {
         "pool": f"offerings {' | '.join(TYPES)} (1, 4, 8 GPUs; $3.06/GPU-h); determined on "
         "p3.16xlarge; max_instances 3000, no max_slots (explicit_cap: max_slots 3000); "
-        "boots 60 s / 180 s + 3 s per GPU past the first, ± 20 s; heartbeat 30 s",
+        "boots 60 s / 360 s + 3 s per GPU past the first, ± 20 s; heartbeat 30 s",
         "traces": traces,
         "targets": {
             "gpu_hours_vs_limit_at_most": GPU_HOURS_TARGET,

@@ -3,7 +3,7 @@
 Each ITP trace in ``traces_dir()`` (``$DYNAGENT_TRACES``, ``../shared/traces/itp``, or
 the one in ``bench/traces/itp``) is replayed with
 the default pool of ``dynagent simulate`` (8-GPU p4d.24xlarge instances, Determined's
-default periods, the default boots: 60 s to running and 180 s + 3 s per GPU past the
+default periods, the default boots: 60 s to running and 360 s + 3 s per GPU past the
 first to a registered agent, each ± 20 s from seed 0). The wall
 time of each policy's replay is recorded; the target is the largest trace, cluster04,
 in under 60 s for the whole run.
@@ -171,7 +171,7 @@ def run() -> dict[str, Any]:
     return {
         "traces_dir": str(directory),
         "pool": "default: p4d.24xlarge x 8 GPUs, 0..1000, idle 20m, starting 20m",
-        "boot": "running after 60 s, registered after 180 s + 3 s per GPU past the first, "
+        "boot": "running after 60 s, registered after 360 s + 3 s per GPU past the first, "
         "each ± 20 s (seed 0); heartbeat 30 s",
         "traces": traces,
         "seeds": {"seeds": list(SEEDS), "traces": spread},

@@ -55,17 +55,17 @@ def test_it_prints_the_table_and_writes_json_and_a_plot(
 ) -> None:
     args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
     args += ["--json", str(files["out.json"]), "--plot", str(files["out.html"])]
-    args += ["--boot-jitter", "0s", "--boot-per-gpu", "0s"]  # every boot 180 s
+    args += ["--boot-jitter", "0s", "--boot-per-gpu", "0s"]  # every boot 360 s
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "pool small: p4d.24xlarge, 8 GPUs each, 0..3 instances, idle 5m" in out
-    assert "boot: running after 60s, agent registered after 180s; heartbeat 30s" in out
+    assert "boot: running after 60s, agent registered after 360s; heartbeat 30s" in out
     for row in ("billed GPU-hours / limit", "wait p95", "launches", "tasks never scheduled"):
         assert row in out
     document = json.loads(files["out.json"].read_text())
     assert set(document["columns"]) == {"dynagent", "determined", "limit"}
     ours = document["columns"]["dynagent"]
-    assert ours["wait_max"] == 180 and ours["never_scheduled"] == 0
+    assert ours["wait_max"] == 360 and ours["never_scheduled"] == 0
     assert ours["cost"] == pytest.approx(ours["instance_hours"] * 32.7726, rel=1e-3)
     page = files["out.html"].read_text()
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 4
@@ -180,7 +180,7 @@ def test_boots_differ_by_machine_and_repeat_by_seed(
     args = ["simulate", str(files["trace.csv"]), "--config", str(files["pool.yaml"])]
     assert main([*args, "--seed", "3", "--json", str(files["out.json"])]) == 0
     out = capsys.readouterr().out
-    assert "agent registered after 180s + 3s per GPU past the first (± 20s, seed 3)" in out
+    assert "agent registered after 360s + 3s per GPU past the first (± 20s, seed 3)" in out
     first = json.loads(files["out.json"].read_text())["columns"]
     assert main([*args, "--seed", "3", "--json", str(files["out.json"])]) == 0
     assert json.loads(files["out.json"].read_text())["columns"] == first

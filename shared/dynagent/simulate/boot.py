@@ -1,8 +1,8 @@
 """How long a launched instance takes to become useful: running, then its agent registered.
 
-The default follows the issue's model of a GPU instance: the cloud shows it running
-after 60 s, and its agent has pulled its image and registered with the master after
-180 s. Two things make boots differ, as they do in a real pool:
+The default is a realistic GPU instance: the cloud shows it running after 60 s, and its
+agent has pulled its images and registered with the master after 360 s (a cold boot
+with a 10 to 20 GB image). Two things make boots differ, as they do in a real pool:
 
 - The machine type: each GPU beyond the first adds ``per_gpu`` seconds (3 s by
   default) to the registration, since the host brings up every GPU (driver, device
@@ -17,12 +17,11 @@ The draws are common to the runs compared (``BootSampler``): a launch's times de
 the seed, the second of the launch and its place among that second's launches, not on
 how many launches the run made before it.
 
-``UNIFORM`` is the old model, every machine at exactly 60 s and 180 s: for arithmetic
-worked by hand (``--boot-jitter 0s --boot-per-gpu 0s``).
+``UNIFORM`` is the first model, every machine at exactly 60 s and 180 s: for arithmetic
+worked by hand (``--registered-after 180s --boot-jitter 0s --boot-per-gpu 0s``).
 
 A cold boot is launch, running, the agent's and the task's images pulled, registered:
-``registered_after`` is all of it (6 minutes is a realistic GPU boot with a 10 to 20 GB
-image: ``--registered-after 360s``). A warm start, of a machine the warm pool stopped,
+``registered_after`` is all of it. A warm start, of a machine the warm pool stopped,
 skips the image pull: its agent registers ``started_after`` seconds after the start (90
 s by default: the OS, the driver bringing up the GPUs, Docker starting the agent's
 container again), with the same per-GPU time and jitter.
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class BootModel:
     running_after: int = 60
-    registered_after: int = 180
+    registered_after: int = 360
     jitter: int = 20
     seed: int = 0
     # Seconds each GPU beyond the first adds to the agent's registration.
@@ -59,7 +58,7 @@ class BootModel:
         return BootSampler(self)
 
 
-UNIFORM = BootModel(jitter=0, per_gpu=0)
+UNIFORM = BootModel(registered_after=180, jitter=0, per_gpu=0)
 
 
 class BootSampler:

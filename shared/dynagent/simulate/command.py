@@ -87,8 +87,8 @@ def add_parser(commands: Any) -> None:
     )
     simulate.add_argument(
         "--registered-after",
-        default="180s",
-        help="its agent registers, on a 1-GPU machine, images pulled (180s)",
+        default="360s",
+        help="its agent registers, on a 1-GPU machine, images pulled (360s)",
         **duration,
     )
     simulate.add_argument(
