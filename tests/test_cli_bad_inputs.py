@@ -232,11 +232,12 @@ ROWS = {
         "GET /api/v1/resource-pools",
         "check that --master (or DET_MASTER) is the master's URL",
     ),
-    "bridge: drain notices from no SQS queue": row(
-        "bridge --master http://m:8080 --config {aws} --print --token-file {token} "
-        "--drain-notices projects/p/subscriptions/notices",
-        "--drain-notices 'projects/p/subscriptions/notices' is not an SQS queue URL",
-        "AWS only",
+    "bridge: drain notices from a topic, not its subscription": row(
+        "bridge --master http://m:8080 --config {gcp} --print --token-file {token} "
+        "--drain-notices projects/p/topics/dynagent-drain-notices",
+        "--drain-notices 'projects/p/topics/dynagent-drain-notices'",
+        "neither an SQS queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)",
+        "nor a Pub/Sub subscription (projects/PROJECT/subscriptions/NAME)",
     ),
     "trace: no master": row("trace --since 30d --out {trace_out}", "--master is required"),
     "trace: a bad --since": row(
@@ -536,3 +537,29 @@ def test_an_aws_pool_needs_no_google_credentials(aws: LocalAws, inputs: dict[str
         done = run_dynagent([*argv, "--config", mixed], env)
         assert done.returncode == 0, done.stderr
         assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "projects/p/topics/dynagent-drain-notices",  # the topic, where the subscription goes
+        "dynagent-drain-notices",
+        "sqs.us-west-2.amazonaws.com/123456789012/drain-notices",
+        "projects/p/subscriptions/",
+    ],
+)
+def test_the_bridge_refuses_drain_notices_from_neither_form_with_exit_2(
+    source: str, inputs: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad value is a usage error, refused before the master or a cloud is reached:
+    the one line names the flag, the value and both forms it takes."""
+    argv = ["bridge", "--master", f"http://127.0.0.1:{inputs['closed']}", "--config"]
+    argv += [inputs["gcp"], "--print", "--once", "--drain-notices", source]
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [
+        f"dynagent bridge: --drain-notices {source!r} is neither an SQS queue URL "
+        "(https://sqs.REGION.amazonaws.com/ACCOUNT/NAME) nor a Pub/Sub subscription "
+        "(projects/PROJECT/subscriptions/NAME)"
+    ]

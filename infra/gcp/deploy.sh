@@ -63,6 +63,7 @@ BASE_PERMISSIONS=(
   compute.instances.setMetadata   # launch with the startup script
   compute.disks.create            # the boot disk made with the VM (named after it)
   compute.images.useReadOnly      # boot_disk_source_image in this project
+  compute.images.get              # a boot image named by its family: images.getFromFamily
   compute.subnetworks.use         # the network interface's VPC subnetwork
   compute.zoneOperations.get      # wait for insert, delete and setLabels
 )
@@ -80,7 +81,8 @@ usage: infra/gcp/deploy.sh --project P --region R --config FILE [options]
   --name NAME      prefix of every resource's name, default dynagent ($DYNAGENT_NAME)
   --runtime ID     Cloud Functions runtime, default python313        ($DYNAGENT_RUNTIME)
   --bridge-service-account EMAIL
-                   may publish snapshots (dynagent bridge's identity); repeatable
+                   may publish snapshots and read drain notices (dynagent bridge's
+                   identity); repeatable
                                                    ($DYNAGENT_BRIDGE_SERVICE_ACCOUNT)
   --alert-email ADDRESS
                    an email notification channel for the alert policies
@@ -303,8 +305,8 @@ capture() {
 
 # --- the deployment -------------------------------------------------------------------
 
-SNAPSHOTS='' SWEEP_TOPIC='' DEAD_LETTERS='' FN_ACCOUNT='' ROLE_ID='' STATUS_ROLE_ID='' WORK='' SOURCE=''
-# What carries labels (topics, the subscription, functions, alert policies, the
+SNAPSHOTS='' SWEEP_TOPIC='' DEAD_LETTERS='' DRAIN_NOTICES='' FN_ACCOUNT='' ROLE_ID='' STATUS_ROLE_ID='' WORK='' SOURCE=''
+# What carries labels (topics, subscriptions, functions, alert policies, the
 # dashboard) gets this one: --delete removes those only when they have it.
 OWNER_KEY=dynagent-deployment OWNER_LABEL=''
 # What has no labels is marked by the title, description or display name given here.
@@ -319,6 +321,7 @@ name_resources() {
   SNAPSHOTS=$NAME-snapshots
   SWEEP_TOPIC=$NAME-sweep
   DEAD_LETTERS=$NAME-dead-letters
+  DRAIN_NOTICES=$NAME-drain-notices # a topic, and the bridge's subscription on it
   FN_ACCOUNT=$NAME-fn@$PROJECT.iam.gserviceaccount.com
   ROLE_ID=${NAME//-/_}_compute # custom role ids allow letters, digits, _ and . only
   STATUS_ROLE_ID=${NAME//-/_}_status
@@ -344,20 +347,29 @@ ensure_topic() {
   fi
 }
 
+# ensure_subscription NAME TOPIC RETENTION: one that never expires for being idle.
+ensure_subscription() {
+  if exists gcloud pubsub subscriptions describe "$1" --project="$PROJECT"; then
+    run gcloud pubsub subscriptions update "$1" --project="$PROJECT" \
+      --update-labels="$OWNER_LABEL"
+  else
+    run gcloud pubsub subscriptions create "$1" --topic="$2" \
+      --message-retention-duration="$3" --expiration-period=never --project="$PROJECT" \
+      --labels="$OWNER_LABEL"
+  fi
+}
+
 create_topics() {
   ensure_topic "$SNAPSHOTS"
   ensure_topic "$SWEEP_TOPIC"
   ensure_topic "$DEAD_LETTERS"
+  ensure_topic "$DRAIN_NOTICES"
   # Messages published to a topic without subscriptions are lost: this one keeps the
-  # dead letters for a week, and never expires for being idle.
-  if exists gcloud pubsub subscriptions describe "$DEAD_LETTERS" --project="$PROJECT"; then
-    run gcloud pubsub subscriptions update "$DEAD_LETTERS" --project="$PROJECT" \
-      --update-labels="$OWNER_LABEL"
-  else
-    run gcloud pubsub subscriptions create "$DEAD_LETTERS" --topic="$DEAD_LETTERS" \
-      --message-retention-duration=7d --expiration-period=never --project="$PROJECT" \
-      --labels="$OWNER_LABEL"
-  fi
+  # dead letters for a week.
+  ensure_subscription "$DEAD_LETTERS" "$DEAD_LETTERS" 7d
+  # The bridge pulls drain notices here. The functions send them again every pass, so
+  # an hour's retention covers a bridge restart and keeps no stale pile.
+  ensure_subscription "$DRAIN_NOTICES" "$DRAIN_NOTICES" 1h
 }
 
 create_service_account() {
@@ -467,8 +479,11 @@ grant_service_account_use() {
     run_binding gcloud iam service-accounts add-iam-policy-binding "$account" \
       --member="serviceAccount:$FN_ACCOUNT" --role=roles/iam.serviceAccountUser --quiet
   done
-  # reconcile sets aside messages it can never apply on the dead-letter topic.
+  # reconcile sets aside messages it can never apply on the dead-letter topic, and tells
+  # the bridge which agents to drain on the drain-notice topic.
   run_binding gcloud pubsub topics add-iam-policy-binding "$DEAD_LETTERS" --project="$PROJECT" \
+    --member="serviceAccount:$FN_ACCOUNT" --role=roles/pubsub.publisher
+  run_binding gcloud pubsub topics add-iam-policy-binding "$DRAIN_NOTICES" --project="$PROJECT" \
     --member="serviceAccount:$FN_ACCOUNT" --role=roles/pubsub.publisher
 }
 
@@ -483,12 +498,15 @@ grant_status_labels() {
     --member="serviceAccount:$FN_ACCOUNT" --role="$role"
 }
 
-# The bridge publishes snapshots and does nothing else: publisher on that topic only.
-grant_bridge_publisher() {
+# The bridge publishes snapshots and reads drain notices, and does nothing else:
+# publisher on the snapshot topic, subscriber on the drain-notice subscription.
+grant_bridge() {
   local account
   for account in "${BRIDGE_LIST[@]}"; do
     run_binding gcloud pubsub topics add-iam-policy-binding "$SNAPSHOTS" --project="$PROJECT" \
       --member="serviceAccount:$account" --role=roles/pubsub.publisher
+    run_binding gcloud pubsub subscriptions add-iam-policy-binding "$DRAIN_NOTICES" \
+      --project="$PROJECT" --member="serviceAccount:$account" --role=roles/pubsub.subscriber
   done
 }
 
@@ -532,7 +550,7 @@ deploy_function() {
     --runtime="$RUNTIME" --source="$SOURCE" --entry-point="$entry_point" \
     --trigger-topic="$topic" --service-account="$FN_ACCOUNT" \
     --trigger-service-account="$FN_ACCOUNT" \
-    --set-env-vars="DYNAGENT_CONFIG=dynagent.yaml,DYNAGENT_DEAD_LETTER_TOPIC=projects/$PROJECT/topics/$DEAD_LETTERS,DYNAGENT_SNAPSHOT_TOPIC=projects/$PROJECT/topics/$SNAPSHOTS,$(location_env)" \
+    --set-env-vars="DYNAGENT_CONFIG=dynagent.yaml,DYNAGENT_DEAD_LETTER_TOPIC=projects/$PROJECT/topics/$DEAD_LETTERS,DYNAGENT_SNAPSHOT_TOPIC=projects/$PROJECT/topics/$SNAPSHOTS,DYNAGENT_DRAIN_NOTICE_TOPIC=projects/$PROJECT/topics/$DRAIN_NOTICES,$(location_env)" \
     --max-instances=1 --concurrency=1 --ingress-settings=internal-only \
     --memory=512Mi --timeout=300s --update-labels="$OWNER_LABEL" "$@" --quiet
   # Eventarc pushes with the trigger's service account, which must be an invoker.
@@ -881,9 +899,11 @@ delete_deployment() {
   delete_function "$NAME-sweep"
   delete_monitoring
   pubsub_delete subscriptions "$DEAD_LETTERS"
+  pubsub_delete subscriptions "$DRAIN_NOTICES"
   pubsub_delete topics "$SNAPSHOTS"
   pubsub_delete topics "$SWEEP_TOPIC"
   pubsub_delete topics "$DEAD_LETTERS"
+  pubsub_delete topics "$DRAIN_NOTICES"
   delete_identity
   delete_notes
   if ((DRY_RUN)); then
@@ -912,8 +932,11 @@ summary() {
 closing_notes() {
   echo "# masters publish snapshots to projects/$PROJECT/topics/$SNAPSHOTS" \
     "with the pool name as ordering key (dynagent publish --to projects/$PROJECT/topics/$SNAPSHOTS)"
+  echo "# the bridge reads drain notices with" \
+    "--drain-notices projects/$PROJECT/subscriptions/$DRAIN_NOTICES"
   [[ -n $BRIDGE_ACCOUNTS ]] ||
-    echo "# no --bridge-service-account: grant the publisher roles/pubsub.publisher on $SNAPSHOTS"
+    echo "# no --bridge-service-account: grant the publisher roles/pubsub.publisher on" \
+      "$SNAPSHOTS and roles/pubsub.subscriber on the subscription $DRAIN_NOTICES"
   [[ -n $ALERT_EMAIL ]] ||
     echo "# no --alert-email: the alert policies notify no one until you add a channel"
   ((DRY_RUN)) && echo "# dry run: nothing was run"
@@ -939,7 +962,7 @@ main() {
   grant_compute_role
   grant_service_account_use
   grant_status_labels
-  grant_bridge_publisher
+  grant_bridge
   stage_source
   deploy_functions
   dead_letter_reconcile_trigger

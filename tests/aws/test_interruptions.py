@@ -16,6 +16,7 @@ import pytest
 
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.status import QueueTagStore
+from dynagent.core.drain_notices import parse_notice as parse_drain_notice
 from dynagent.core.plan import Interruption
 from dynagent.report.status import Summary
 from dynagent.run.fallback import NO_CAPACITY
@@ -333,3 +334,31 @@ def test_with_no_cover_left_the_replacement_waits_and_the_refusal_is_recorded(
     assert Counter(aws.calls("ec2"))["CreateFleet"] == 8
     assert len(aws.capacity_refusals()) == 8
     assert [i["InstanceId"] for i in managed_instances(ec2)] == [interrupted]
+
+
+def test_a_warning_tells_the_bridge_to_drain_the_agent_a_rebalance_does_not(
+    aws: LocalAws, ec2: Any, sqs: Any, functions: AwsFunctions
+) -> None:
+    # The master then places no new work on it in its last two minutes.
+    functions.sqs = sqs
+    functions.drain_notice_queue_url = sqs.create_queue(QueueName="drain-notices")["QueueUrl"]
+    interrupted = agent_on_one_machine(functions, ec2, used_slots=2)["InstanceId"]
+
+    def notices() -> list[tuple[str, str]]:
+        found = []
+        for message in sqs.receive_message(
+            QueueUrl=functions.drain_notice_queue_url, MaxNumberOfMessages=10
+        ).get("Messages", []):
+            pool, drains = parse_drain_notice(message["Body"])
+            found += [(pool, d.agent_id) for d in drains]
+            sqs.delete_message(
+                QueueUrl=functions.drain_notice_queue_url, ReceiptHandle=message["ReceiptHandle"]
+            )
+        return found
+
+    functions.handle_notice(notice(interrupted, REBALANCE))
+    assert notices() == []
+    functions.handle_notice(notice(interrupted))
+    assert notices() == [("a100", interrupted)]
+    functions.handle_notice(notice(interrupted))  # a redelivery tells it again
+    assert notices() == [("a100", interrupted)]

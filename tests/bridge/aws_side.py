@@ -9,13 +9,15 @@ from typing import Any
 from dynagent.aws.functions import AwsFunctions
 from dynagent.aws.sqs import SqsPublisher
 from dynagent.aws.tags import POOL_TAG
+from dynagent.bridge.drain_notices import SqsDrainNotices
 from dynagent.core.config import Config
 from dynagent.core.snapshot import Snapshot
 from dynagent.testing.aws.event_source import LambdaContext, deliver_once, queue_arn, sqs_event
 from dynagent.testing.aws.local_aws import LocalAws
+from dynagent.testing.determined.master import LocalDetermined
 
 from ..aws.helpers import fifo_queue
-from .cluster import Recorder, VirtualClock
+from .cluster import Cluster, Recorder, VirtualClock
 
 
 class AwsSide:
@@ -93,3 +95,16 @@ class AwsSide:
     def dead_letters(self) -> int:
         response = self.sqs.receive_message(QueueUrl=self.dead_letter_url, MaxNumberOfMessages=10)
         return len(response.get("Messages", []))
+
+
+def told_to_drain(
+    aws: LocalAws, master: LocalDetermined, config: Config
+) -> tuple[Cluster, AwsSide]:
+    """A cluster whose functions send drain notices to a queue the bridge reads."""
+    clock, log = VirtualClock(), Recorder()
+    side = AwsSide(aws, config, clock, log)
+    notices = side.sqs.create_queue(QueueName="e2e-drain-notices")["QueueUrl"]
+    side.functions.drain_notice_queue_url = notices
+    cluster = Cluster(master, side, config, clock, log)
+    cluster.bridge.drain_notices = SqsDrainNotices(side.sqs, notices, cluster.bridge_log)
+    return cluster, side

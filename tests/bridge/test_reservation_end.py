@@ -20,8 +20,8 @@ from dynagent.testing.aws.local_aws import LocalAws
 from dynagent.testing.determined.master import LocalDetermined
 
 from ..aws.helpers import config, image_id, managed_instances, pool_document
-from .aws_side import AwsSide
-from .cluster import Cluster, Recorder, VirtualClock
+from .aws_side import told_to_drain
+from .cluster import Recorder
 
 LEAD = timedelta(minutes=40)
 
@@ -39,12 +39,8 @@ def test_a_capacity_block_s_agents_are_drained_at_the_lead_and_new_work_goes_els
         "p4d.24xlarge", f"{aws.region}a", 2, now - timedelta(hours=1), now + timedelta(days=2)
     )
     cfg = config(pool_document(image_id(ec2), reservations=[block], max_idle_agent_period="5m"))
-    clock, log = VirtualClock(), Recorder()
-    side = AwsSide(aws, cfg, clock, log)
-    notices = side.sqs.create_queue(QueueName="e2e-drain-notices")["QueueUrl"]
-    side.functions.drain_notice_queue_url = notices
-    cluster = Cluster(master, side, cfg, clock, log)
-    cluster.bridge.drain_notices = SqsDrainNotices(side.sqs, notices, cluster.bridge_log)
+    cluster, _ = told_to_drain(aws, master, cfg)
+    clock = cluster.clock
 
     first = cluster.submit("exp-1", 8)
     cluster.run_until(lambda: cluster.state(first) == "RUNNING", "exp-1 running")

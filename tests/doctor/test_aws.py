@@ -571,3 +571,26 @@ def test_each_reservation_a_pool_names_is_found_and_matched_or_its_fix_given(
     assert "no such capacity reservation" in by_id["cr-0000000000000000f"].why
     assert by_id[other_type].status is Status.FAIL
     assert "g5.xlarge, which the pool does not launch" in by_id[other_type].why
+
+
+def test_an_image_an_ssm_parameter_names_is_checked_as_its_ami_and_its_role_may_read_it(
+    account: Account,
+) -> None:
+    ssm = account.aws.client("ssm", REGION)
+    big = account.pool("big")
+    ami = big["provider"]["image_id"]
+    ssm.put_parameter(Name="/team/gpu-ami", Value=ami, Type="String", DataType="aws:ec2:image")
+    big["provider"]["image_id"] = "resolve:ssm:/team/gpu-ami"
+    findings = run(account, account.config(big), STACK)
+    named = only(findings, "aws.image_parameter", Status.OK)
+    assert named.what == f"pool big: SSM parameter /team/gpu-ami in {REGION}"
+    assert named.why.startswith(f"names {ami}")
+    assert only(findings, "aws.image", Status.OK).what == f"pool big: AMI {ami} in {REGION}"
+    assert not_ok(findings) == []  # the dry runs use its AMI; the roles may read it
+
+    big["provider"]["image_id"] = "resolve:ssm:/team/missing"
+    findings = run(account, account.config(big))
+    missing = only(findings, "aws.image_parameter")
+    assert "no such parameter in this region" in missing.why
+    assert "aws ssm put-parameter" in missing.fix
+    assert [f.check for f in not_ok(findings)] == ["aws.image_parameter"]

@@ -37,11 +37,13 @@ REGION = "us-central1"
 FN_ACCOUNT = f"dynagent-fn@{PROJECT}.iam.gserviceaccount.com"
 AGENT_ACCOUNT = f"determined-agent@{PROJECT}.iam.gserviceaccount.com"
 DEAD_LETTERS = f"projects/{PROJECT}/topics/dynagent-dead-letters"
+DRAIN_NOTICES = f"projects/{PROJECT}/topics/dynagent-drain-notices"
 BASE_PERMISSIONS = {
     "compute.instances.list", "compute.instances.get", "compute.instances.create",
     "compute.instances.delete", "compute.instances.stop", "compute.instances.start",
     "compute.instances.setLabels", "compute.instances.setMetadata",
-    "compute.disks.create", "compute.images.useReadOnly", "compute.subnetworks.use",
+    "compute.disks.create", "compute.images.useReadOnly", "compute.images.get",
+    "compute.subnetworks.use",
     "compute.zoneOperations.get",
 }  # fmt: skip
 SERVICES = {
@@ -222,13 +224,24 @@ def test_every_service_is_enabled(printed: Run) -> None:
     assert flags(command) == {"project": PROJECT}
 
 
-def test_three_topics_and_a_subscription_that_keeps_dead_letters(printed: Run) -> None:
+def test_four_topics_a_subscription_that_keeps_dead_letters_and_one_for_the_bridge(
+    printed: Run,
+) -> None:
     topics = [c[4] for c in printed.find("pubsub", "topics", "create")]
-    assert topics == ["dynagent-snapshots", "dynagent-sweep", "dynagent-dead-letters"]
-    subscription = printed.one("pubsub", "subscriptions", "create")
-    assert subscription[4] == "dynagent-dead-letters"
-    assert flags(subscription)["topic"] == "dynagent-dead-letters"
-    assert flags(subscription)["expiration-period"] == "never"
+    assert topics == [
+        "dynagent-snapshots",
+        "dynagent-sweep",
+        "dynagent-dead-letters",
+        "dynagent-drain-notices",
+    ]
+    subscriptions = {c[4]: flags(c) for c in printed.find("pubsub", "subscriptions", "create")}
+    assert set(subscriptions) == {"dynagent-dead-letters", "dynagent-drain-notices"}
+    for name, options in subscriptions.items():
+        assert options["topic"] == name
+        assert options["expiration-period"] == "never"
+    assert subscriptions["dynagent-dead-letters"]["message-retention-duration"] == "7d"
+    # Drain notices are sent again every pass: an old one is worth nothing.
+    assert subscriptions["dynagent-drain-notices"]["message-retention-duration"] == "1h"
 
 
 def test_a_service_account_for_the_functions(printed: Run) -> None:
@@ -282,14 +295,20 @@ def test_act_as_only_on_the_agents_service_account(printed: Run) -> None:
     assert "roles/iam.serviceAccountUser" not in project_roles
 
 
-def test_the_functions_may_publish_dead_letters(printed: Run) -> None:
-    bindings = printed.find("pubsub", "topics", "add-iam-policy-binding")
-    assert any(
-        c[4] == "dynagent-dead-letters"
-        and flags(c)["member"] == f"serviceAccount:{FN_ACCOUNT}"
+def test_the_functions_may_publish_dead_letters_and_drain_notices(printed: Run) -> None:
+    published = [
+        c[4]
+        for c in printed.find("pubsub", "topics", "add-iam-policy-binding")
+        if flags(c)["member"] == f"serviceAccount:{FN_ACCOUNT}"
         and flags(c)["role"] == "roles/pubsub.publisher"
-        for c in bindings
-    )
+    ]
+    assert published == ["dynagent-dead-letters", "dynagent-drain-notices"]
+    # The functions publish notices; only the bridge reads them.
+    assert not [
+        c
+        for c in printed.find("pubsub", "subscriptions", "add-iam-policy-binding")
+        if flags(c)["member"] == f"serviceAccount:{FN_ACCOUNT}"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -317,6 +336,7 @@ def test_each_function_runs_alone_with_its_entry_point_topic_and_env(
         "DYNAGENT_CONFIG": "dynagent.yaml",
         "DYNAGENT_DEAD_LETTER_TOPIC": DEAD_LETTERS,
         "DYNAGENT_SNAPSHOT_TOPIC": f"projects/{PROJECT}/topics/dynagent-snapshots",
+        "DYNAGENT_DRAIN_NOTICE_TOPIC": DRAIN_NOTICES,
         "DYNAGENT_GCP_PROJECT": PROJECT,
     }
     assert Path(options["source"]) == printed.source
@@ -381,15 +401,27 @@ def test_the_reconcile_function_may_only_read_and_label_the_snapshot_topic(
     assert granted == [("dynagent-snapshots", f"serviceAccount:{FN_ACCOUNT}")]
 
 
+def _drain_notice_readers(run: Run) -> list[tuple[str, str]]:
+    return [
+        (flags(c)["member"], flags(c)["role"])
+        for c in run.find("pubsub", "subscriptions", "add-iam-policy-binding")
+        if c[4] == "dynagent-drain-notices"
+    ]
+
+
 def test_without_a_bridge_account_nobody_is_granted_the_snapshot_topic(printed: Run) -> None:
     assert _snapshot_publishers(printed) == []
+    assert _drain_notice_readers(printed) == []
     assert "no --bridge-service-account" in printed.stdout
+    assert "roles/pubsub.subscriber on the subscription dynagent-drain-notices" in printed.stdout
 
 
 BRIDGE_ACCOUNT = f"dynagent-bridge@{PROJECT}.iam.gserviceaccount.com"
 
 
-def test_a_bridge_account_may_publish_snapshots_and_nothing_else(tmp_path: Path) -> None:
+def test_a_bridge_account_may_publish_snapshots_and_read_drain_notices_and_nothing_else(
+    tmp_path: Path,
+) -> None:
     other = "bridge-2@other-project.iam.gserviceaccount.com"
     result = dry_run(
         tmp_path, "--bridge-service-account", BRIDGE_ACCOUNT, "--bridge-service-account", other
@@ -399,9 +431,14 @@ def test_a_bridge_account_may_publish_snapshots_and_nothing_else(tmp_path: Path)
         (f"serviceAccount:{BRIDGE_ACCOUNT}", "roles/pubsub.publisher"),
         (f"serviceAccount:{other}", "roles/pubsub.publisher"),
     ]
-    # No other binding names the bridge: not the dead letters, not the functions, no project role.
+    assert _drain_notice_readers(result) == [
+        (f"serviceAccount:{BRIDGE_ACCOUNT}", "roles/pubsub.subscriber"),
+        (f"serviceAccount:{other}", "roles/pubsub.subscriber"),
+    ]
+    # No other binding names the bridge: not the dead letters, not the functions, no project
+    # role, not the drain-notice topic (the functions publish there).
     mentions = [c for c in result.commands if any(BRIDGE_ACCOUNT in word for word in c)]
-    assert len(mentions) == 1
+    assert len(mentions) == 2
     assert "no --bridge-service-account" not in result.stdout
 
 
@@ -425,9 +462,13 @@ def test_a_bad_bridge_account_is_refused(tmp_path: Path) -> None:
     assert "--bridge-service-account not an email is not a service account" in result.stderr
 
 
-def test_the_dry_run_says_how_a_master_publishes(printed: Run) -> None:
+def test_the_dry_run_says_how_a_master_publishes_and_the_bridge_reads_notices(
+    printed: Run,
+) -> None:
     assert f"projects/{PROJECT}/topics/dynagent-snapshots" in printed.stdout
     assert "ordering key" in printed.stdout
+    subscription = f"projects/{PROJECT}/subscriptions/dynagent-drain-notices"
+    assert f"the bridge reads drain notices with --drain-notices {subscription}" in printed.stdout
     assert printed.stdout.rstrip().endswith("# dry run: nothing was run")
 
 
@@ -563,6 +604,11 @@ def test_name_prefixes_every_resource(tmp_path: Path) -> None:
         "gpu-prod-snapshots",
         "gpu-prod-sweep",
         "gpu-prod-dead-letters",
+        "gpu-prod-drain-notices",
+    ]
+    assert [c[4] for c in result.find("pubsub", "subscriptions", "create")] == [
+        "gpu-prod-dead-letters",
+        "gpu-prod-drain-notices",
     ]
     assert {c[3] for c in result.find("functions", "deploy")} == {
         "gpu-prod-reconcile",
@@ -1342,7 +1388,16 @@ def test_a_redeployment_labels_the_topics_an_older_deploy_made(tmp_path: Path) -
     updated = [c for c in changes if c[:3] in (["pubsub", "topics", "update"],
                                                ["pubsub", "subscriptions", "update"])]  # fmt: skip
     labelled = {c[3] for c in updated if "--update-labels=dynagent-deployment=dynagent" in c}
-    assert labelled == {"dynagent-snapshots", "dynagent-sweep", "dynagent-dead-letters"}
+    assert labelled == {
+        "dynagent-snapshots",
+        "dynagent-sweep",
+        "dynagent-dead-letters",
+        "dynagent-drain-notices",
+    }
+    subscriptions = [
+        c[3] for c in updated if c[:2] == ["pubsub", "subscriptions"] and c[3] in labelled
+    ]
+    assert sorted(subscriptions) == ["dynagent-dead-letters", "dynagent-drain-notices"]
 
 
 def test_a_redeployment_after_a_delete_brings_its_custom_roles_back(tmp_path: Path) -> None:
@@ -1427,15 +1482,18 @@ def test_delete_removes_the_topics_the_deploy_made_in_the_pubsub_emulator(
 
     theirs = {f"{other}-snapshots", f"{other}-sweep", f"{other}-dead-letters",
               f"sub:{other}-dead-letters"}  # fmt: skip
-    ours = {f"{name}-snapshots", f"{name}-dead-letters", f"sub:{name}-dead-letters"}
+    ours = {f"{name}-snapshots", f"{name}-dead-letters", f"sub:{name}-dead-letters",
+            f"{name}-drain-notices", f"sub:{name}-drain-notices"}  # fmt: skip
     assert names() == ours | theirs | {f"{name}-sweep"}
 
     printed = cloud.delete("--name", name, dry_run=True)
     assert printed.returncode == 0, printed.stderr
     assert sorted(" ".join(c[1:5]) for c in printed.commands) == sorted([
         f"pubsub subscriptions delete {name}-dead-letters",
+        f"pubsub subscriptions delete {name}-drain-notices",
         f"pubsub topics delete {name}-snapshots",
         f"pubsub topics delete {name}-dead-letters",
+        f"pubsub topics delete {name}-drain-notices",
     ])  # fmt: skip
     assert names() == ours | theirs | {f"{name}-sweep"}  # a dry run deletes nothing
 
@@ -1443,7 +1501,7 @@ def test_delete_removes_the_topics_the_deploy_made_in_the_pubsub_emulator(
     assert first.returncode == 0, first.stderr
     assert names() == theirs | {f"{name}-sweep"}
     assert f"Pub/Sub topic {name}-sweep: no label dynagent-deployment={name}" in first.stdout
-    assert f"# deleted 3 resources and grants of dynagent '{name}'" in first.stdout
+    assert f"# deleted 5 resources and grants of dynagent '{name}'" in first.stdout
 
     second = cloud.delete("--name", name, dry_run=False)
     assert second.returncode == 0, second.stderr

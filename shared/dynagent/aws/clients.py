@@ -22,3 +22,8 @@ def ec2_client(region: str) -> Any:
 @cache
 def sqs_client(region: str | None = None) -> Any:
     return boto3.client("sqs", region_name=region, config=_RETRIES)
+
+
+@cache
+def ssm_client(region: str) -> Any:
+    return boto3.client("ssm", region_name=region, config=_RETRIES)

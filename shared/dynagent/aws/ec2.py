@@ -16,6 +16,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from dynagent.core.boot import MasterUrlError, agent_boot, machine_gpus, master_address, render
+from dynagent.core.boot.drift import read_boot_tag
 from dynagent.core.config import AwsProvider, Pool, Settings
 from dynagent.core.fleet import (
     Fleet,
@@ -227,6 +228,7 @@ class Ec2Provider:
                     state = tags.INSTANCE_STATES.get(item["State"]["Name"])
                     if state is not None:
                         found = item.get("Tags", [])
+                        boot = read_boot_tag(tags.tag_value(found, tags.BOOT_CONFIG_TAG))
                         yield Instance(
                             id=item["InstanceId"],
                             state=state,
@@ -234,7 +236,8 @@ class Ec2Provider:
                             # from the warm pool counts its starting period from then.
                             launched_at=item["LaunchTime"],
                             marks=tags.marks_from_tags(found),
-                            boot_config=tags.tag_value(found, tags.BOOT_CONFIG_TAG),
+                            boot_config=boot[0],
+                            boot_parts=boot[1],
                             spot_request_id=item.get("SpotInstanceRequestId"),
                             instance_type=item.get("InstanceType", ""),
                             zone=item.get("SubnetId", ""),
@@ -279,7 +282,7 @@ class Ec2Provider:
                 result = self._request_spot(plan, user_data)
             else:
                 result = self._run_instances(
-                    len(plan.launches), plan.launch_key, user_data, plan.boot_config
+                    len(plan.launches), plan.launch_key, user_data, plan.boot_tag
                 )
         except ClientError as error:
             code = error_code(error)
@@ -298,7 +301,7 @@ class Ec2Provider:
         with RunInstances naming it, else via CreateFleet (a pool with ``offerings``) or
         RunInstances on the offering (a pool of one type with reservations)."""
         fleet = (
-            self.fleet_launcher(user_data).call(plan.launch_key, plan.boot_config)
+            self.fleet_launcher(user_data).call(plan.launch_key, plan.boot_tag)
             if self.config.offerings is not None
             else None
         )
@@ -331,7 +334,7 @@ class Ec2Provider:
         """RunInstances for ``count`` machines of one offering, as one fallback step: a
         reservation's places, or a pool of one type's machine beside its reservations.
         EC2 starts what the reservation still holds (MinCount 1); the rest fall back."""
-        request = self.run_request(count, plan.launch_key, user_data, offering, plan.boot_config)
+        request = self.run_request(count, plan.launch_key, user_data, offering, plan.boot_tag)
         try:
             response = self.ec2.run_instances(**request)
         except ClientError as error:

@@ -32,6 +32,7 @@ from dynagent.report.metrics import Point
 from dynagent.report.pass_metrics import dead_letter_point, pass_points, write_safely
 from dynagent.report.status import SummaryRecorder
 from dynagent.run.launch_errors import LaunchErrorMemory
+from dynagent.run.named_images import NamedImages
 from dynagent.run.reconcile import (
     Outcome,
     Timer,
@@ -42,10 +43,11 @@ from dynagent.run.reconcile import (
     sweep,
 )
 
-from .clients import ec2_client, sqs_client
+from .clients import ec2_client, sqs_client, ssm_client
 from .ec2 import Ec2Provider
 from .emf import EmfWriter
 from .fleet_launch import WarmState
+from .images import image_parameters
 from .notices import NotANotice, owning_pool, parse_notice
 from .sqs import DEFAULT_MAX_MESSAGE_BYTES, send_dead_letter
 from .status import QueueTagStore, summary_from_tags
@@ -66,6 +68,8 @@ class AwsFunctions:
 
     config: Config
     ec2_for_region: Callable[[str], Any] = ec2_client
+    # Read only for pools whose image_id is resolve:ssm:NAME (aws.images).
+    ssm_for_region: Callable[[str], Any] = ssm_client
     sqs: Any = None
     dead_letter_url: str | None = None
     snapshot_queue_url: str | None = None
@@ -81,6 +85,8 @@ class AwsFunctions:
     warm: WarmState = field(default_factory=WarmState)
     # Each pool's refused launches, for launch_error_timeout/retries: kept warm only.
     launch_errors: LaunchErrorMemory = field(default_factory=LaunchErrorMemory)
+    # What each image an SSM parameter names resolved to, read at most once a minute.
+    images: NamedImages = field(init=False)
     # The dead-letter queue's MaximumMessageSize, read once by a warm function.
     _dead_letter_max: int | None = field(default=None, init=False, repr=False)
     # Records each pool's last applied snapshot on the snapshot queue, for `dynagent status`.
@@ -104,9 +110,15 @@ class AwsFunctions:
     def __post_init__(self) -> None:
         # GCP pools in a shared config belong to the GCP functions.
         self.config = self.config.for_cloud("aws")
+        self.images = image_parameters(self.ssm_for_region)
         if self.sqs is not None and self.snapshot_queue_url:
             store = QueueTagStore(self.sqs, self.snapshot_queue_url)
             self._summaries = SummaryRecorder(store.write, self.logger)
+
+    def config_now(self, now: datetime) -> Config:
+        """The config a pass decides and launches with: each ``resolve:ssm:`` image
+        replaced by the AMI its parameter holds (``aws.images``)."""
+        return self.images.resolved(self.config, now, self.logger)
 
     def provider(self, pool: Pool) -> Ec2Provider:
         assert isinstance(pool.provider, AwsProvider)  # for_cloud kept only these
@@ -183,7 +195,7 @@ class AwsFunctions:
         now = self.clock()
         try:
             outcome = apply_snapshot(
-                self.config, parsed, self.provider, now, self.timer, self.launch_errors
+                self.config_now(now), parsed, self.provider, now, self.timer, self.launch_errors
             )
         except InvalidSnapshot as error:  # a pool this config does not manage, or skew
             pool = parsed.pool if parsed.pool in self.config.pools else "unknown"
@@ -195,7 +207,13 @@ class AwsFunctions:
             self._tell_bridge(outcome.plan, now)
         if self._summaries is not None and outcome.plan is not None:
             refused = outcome.launch.error if outcome.launch is not None else None
-            self._summaries.record(parsed, refused, now, outcome.launches_paused_until)
+            self._summaries.record(
+                parsed,
+                refused,
+                now,
+                outcome.launches_paused_until,
+                outcome.plan.replacing_counts,
+            )
 
     def _tell_bridge(self, plan: Plan, now: datetime) -> None:
         """Send the plan's drain notices to the bridge's queue. A send that fails is
@@ -203,7 +221,7 @@ class AwsFunctions:
         if not self.drain_notice_queue_url or self.sqs is None:
             self.logger.warning(
                 f"no {DRAIN_NOTICE_QUEUE_ENV} set: the bridge is not told to drain "
-                f"{len(plan.drain_notices)} agents ahead of their reservation's end",
+                f"{len(plan.drain_notices)} agents (the first: {plan.drain_notices[0].reason})",
                 extra={"pool": plan.pool},
             )
             return
@@ -267,7 +285,7 @@ class AwsFunctions:
 
     def sweep(self) -> list[Outcome]:
         now = self.clock()
-        outcomes = sweep(self.config, self.provider, now, self.timer, self.launch_errors)
+        outcomes = sweep(self.config_now(now), self.provider, now, self.timer, self.launch_errors)
         for outcome in outcomes:
             log_outcome(self.logger, outcome)
             self._measure(outcome, now)
@@ -291,7 +309,7 @@ class AwsFunctions:
             return None
         pools = [
             pool
-            for pool in self.config.pools.values()
+            for pool in self.config_now(now).pools.values()
             if isinstance(pool.provider, AwsProvider) and pool.provider.region == region
         ]
         pool = (
@@ -313,6 +331,8 @@ class AwsFunctions:
         outcome = act(pool, provider, fleet, decision, now, self.launch_errors)
         log_outcome(self.logger, outcome)
         self._measure(outcome, now)
+        if outcome.plan is not None and outcome.plan.drain_notices:
+            self._tell_bridge(outcome.plan, now)
         return outcome
 
     def _pending_slots(self, pool: str, now: datetime) -> int:

@@ -7,7 +7,8 @@ pools; values at most 256 characters):
 
 - ``dynagent:status:{pool}`` = ``seq=41 time=2026-11-23T08:20:30Z pending=2/8 agents=3
   busy=1 idle=1 draining=0`` (pending tasks / their slots), then ``paused-until=...``
-  while launches are paused (launch_error_timeout/retries);
+  while launches are paused (launch_error_timeout/retries), and ``drifted=1 broken=0``
+  while agents are replaced (``core.decide.replace``);
 - ``dynagent:launch-error:{pool}`` = ``2026-11-23T08:10:00Z InsufficientInstanceCapacity:
   ...``, written only when a launch was refused, cut to fit.
 """
@@ -34,6 +35,8 @@ def status_tags(pool: str, summary: Summary, new_error: bool) -> dict[str, str]:
     )
     if summary.launches_paused_until is not None:
         value += f" paused-until={format_time(summary.launches_paused_until)}"
+    if summary.drifted or summary.broken:
+        value += f" drifted={summary.drifted} broken={summary.broken}"
     tags = {STATUS_TAG + pool: value}
     if new_error and summary.launch_error and summary.launch_error_at:
         error = f"{format_time(summary.launch_error_at)} {summary.launch_error}"
@@ -63,6 +66,8 @@ def summary_from_tags(pool: str, tags: dict[str, str]) -> Summary | None:
             idle=int(fields["idle"]),
             draining=int(fields["draining"]),
             launches_paused_until=paused,
+            drifted=int(fields.get("drifted", 0)),
+            broken=int(fields.get("broken", 0)),
         )
     except (KeyError, ValueError):
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -36,10 +37,12 @@ def add_parser(commands: Any) -> None:
     bridge.add_argument("--once", action="store_true", help="one pass, then exit")
     bridge.add_argument(
         "--drain-notices",
-        metavar="QUEUE_URL",
-        help="the SQS queue the functions send drain notices to (the stack's "
-        "DrainNoticeQueueUrl): agents whose machine a reservation's end takes back are "
-        "drained ahead of it",
+        metavar="QUEUE_URL|SUBSCRIPTION",
+        help="the functions' drain notices: their SQS queue (the stack's "
+        "DrainNoticeQueueUrl) or the Pub/Sub subscription on their topic "
+        "(projects/PROJECT/subscriptions/NAME-drain-notices, made by deploy.sh). The agents "
+        "named are drained for good: those a reservation's end takes back, ahead of it, "
+        "and those the functions replace (of a drifted config, or broken)",
     )
     bridge.add_argument(
         "--master-host",
@@ -106,12 +109,46 @@ def unreadable(url: str, error: str | None) -> str:
     )
 
 
+SUBSCRIPTION = re.compile(r"projects/[^/\s]+/subscriptions/[^/\s]+")
+
+
+def is_notice_source(value: str) -> bool:
+    """An SQS queue URL, or a Pub/Sub subscription's full name."""
+    return value.startswith(("https://", "http://")) or SUBSCRIPTION.fullmatch(value) is not None
+
+
+def drain_notices_from(source: str, region: str | None) -> Any:
+    """The reader of ``is_notice_source``'s queue or subscription."""
+    logger = logging.getLogger("dynagent.bridge")
+    if SUBSCRIPTION.fullmatch(source):
+        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+        from .drain_notices import PubSubDrainNotices
+
+        # It honours PUBSUB_EMULATOR_HOST, as the snapshot publisher does.
+        return PubSubDrainNotices(pubsub_v1.SubscriberClient(), source, logger)
+    from dynagent.aws.clients import sqs_client
+    from dynagent.bridge.publish import region_of
+
+    from .drain_notices import SqsDrainNotices
+
+    return SqsDrainNotices(sqs_client(region or region_of(source)), source, logger)
+
+
 def run(args: argparse.Namespace) -> int:
     from dynagent.bridge.publish import publisher_for
 
     from .client import MasterUnavailable
     from .loop import Bridge, BridgeRefused
 
+    if args.drain_notices and not is_notice_source(args.drain_notices):
+        print(
+            f"dynagent bridge: --drain-notices {args.drain_notices!r} is neither an SQS "
+            "queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME) nor a Pub/Sub "
+            "subscription (projects/PROJECT/subscriptions/NAME)",
+            file=sys.stderr,
+        )
+        return 2
     master = master_client(args)
     config = load_config(args.config)
     sink = _Printer() if args.print else publisher_for(args.to, args.region)
@@ -120,23 +157,7 @@ def run(args: argparse.Namespace) -> int:
     )
     bridge = Bridge(config, master, sink, config_file=args.config)
     if args.drain_notices:
-        if not args.drain_notices.startswith(("https://", "http://")):
-            print(
-                f"dynagent bridge: --drain-notices {args.drain_notices!r} is not an SQS queue "
-                "URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME); drain notices are sent "
-                "on AWS only for now",
-                file=sys.stderr,
-            )
-            return 2
-        from dynagent.aws.clients import sqs_client
-        from dynagent.bridge.publish import region_of
-
-        from .drain_notices import SqsDrainNotices
-
-        queue_region = args.region or region_of(args.drain_notices)
-        bridge.drain_notices = SqsDrainNotices(
-            sqs_client(queue_region), args.drain_notices, logging.getLogger("dynagent.bridge")
-        )
+        bridge.drain_notices = drain_notices_from(args.drain_notices, args.region)
     unresolved = _alias_pools(config) if not args.master_host else []
     if unresolved:
         print(

@@ -74,8 +74,10 @@ class Drainer:
     retired: set[str] = field(default_factory=set)
     # Since when each drained agent has been idle, for its retirement.
     drained_idle_since: dict[str, datetime] = field(default_factory=dict)
-    # Agents drained because their machine is taken back soon (a reservation's end):
-    # never enabled again, never reported draining or retired.
+    # Agents drained for good on the functions' notice (``loop._hand_back``): their
+    # machine is taken back soon (a reservation's end), or must be replaced (of an old
+    # boot config, or broken). Never enabled again, so reported draining and retired:
+    # the functions may terminate them once idle.
     held: set[str] = field(default_factory=set)
 
     def actions(self, pool: Pool, reading: PoolReading, now: datetime) -> list[DrainAction]:
@@ -127,11 +129,11 @@ class Drainer:
                 self.drained_idle_since.pop(agent.id, None)
 
     def reported_retired(self, agent: AgentReading) -> bool:
-        return agent.id in self.retired and agent.draining
+        return agent.draining and (agent.id in self.retired or agent.id in self.held)
 
     def reported_draining(self, agent: AgentReading) -> bool:
         """Whether the snapshot may say draining: only agents this bridge drained."""
-        return agent.draining and agent.id in self.drained
+        return agent.draining and (agent.id in self.drained or agent.id in self.held)
 
     def reported_enabled(self, agent: AgentReading) -> bool:
         """Whether the snapshot says enabled, so its free slots may count as room: the

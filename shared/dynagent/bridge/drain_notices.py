@@ -1,8 +1,9 @@
-"""Reading the functions' drain notices (``core.drain_notices``) from their queue.
+"""Reading the functions' drain notices (``core.drain_notices``): from their SQS queue
+on AWS, from a Pub/Sub subscription on their topic on GCP.
 
-Each pass takes what is queued (a few calls of ten messages at most) and deletes what it
-read, a notice it cannot read too: the functions send notices again every pass, so
-nothing is lost by dropping one, and a bad one is never read again and again.
+Each pass takes what is there now (a few calls at most) and deletes, or acknowledges,
+what it read, a notice it cannot read too: the functions send notices again every pass,
+so nothing is lost by dropping one, and a bad one is never read again and again.
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ from typing import Any
 from dynagent.core.drain_notices import InvalidNotice, parse_notice
 from dynagent.core.plan import DrainNotice
 
-# SQS hands out at most 10 messages a call; a pass reads at most this many calls' worth.
+# SQS hands out at most 10 messages a call, Pub/Sub as many as asked (MAX_PULLED here);
+# a pass reads at most this many calls' worth.
 MAX_CALLS = 5
+MAX_PULLED = 100
+# A pull waits until a message comes or its deadline: an empty subscription costs the
+# bridge's pass this long. Pub/Sub answers a pull with messages at once.
+PULL_TIMEOUT_SECONDS = 1.0
 
 
 class SqsDrainNotices:
@@ -49,3 +55,51 @@ class SqsDrainNotices:
                 ],
             )
         return found
+
+
+class PubSubDrainNotices:
+    """The drain notice subscription on Pub/Sub (deploy.sh's ``NAME-drain-notices``), read
+    with synchronous pulls through a ``pubsub_v1.SubscriberClient``."""
+
+    def __init__(self, subscriber: Any, subscription: str, logger: Any) -> None:
+        self.subscriber, self.subscription, self.logger = subscriber, subscription, logger
+
+    def receive(self) -> list[tuple[str, DrainNotice]]:
+        """(pool, notice) for every notice waiting now."""
+        found: list[tuple[str, DrainNotice]] = []
+        for _ in range(MAX_CALLS):
+            received = self._pull()
+            for item in received:
+                try:
+                    pool, notices = parse_notice(item.message.data.decode(errors="replace"))
+                except InvalidNotice as error:
+                    self.logger.error(
+                        f"not a drain notice, dropped: {error}",
+                        extra={"message_id": item.message.message_id},
+                    )
+                    continue
+                found += [(pool, notice) for notice in notices]
+            if received:
+                self.subscriber.acknowledge(
+                    request={
+                        "subscription": self.subscription,
+                        "ack_ids": [item.ack_id for item in received],
+                    }
+                )
+            # Fewer than asked for: all there was, most likely, and another pull would only
+            # wait; what Pub/Sub held back is read on the next pass.
+            if len(received) < MAX_PULLED:
+                break
+        return found
+
+    def _pull(self) -> list[Any]:
+        from google.api_core.exceptions import DeadlineExceeded
+
+        try:
+            response = self.subscriber.pull(
+                request={"subscription": self.subscription, "max_messages": MAX_PULLED},
+                timeout=PULL_TIMEOUT_SECONDS,
+            )
+        except DeadlineExceeded:  # nothing came before the deadline
+            return []
+        return list(response.received_messages)

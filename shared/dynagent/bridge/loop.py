@@ -179,8 +179,9 @@ class Bridge:
     def _hand_back(
         self, pool_name: str, drainer: Drainer, reading: PoolReading, now: datetime
     ) -> PoolReading:
-        """Agents whose machine the cloud takes back soon: drained for good once their
-        notice's time has come, so the master places no new work on them."""
+        """Agents the functions gave notice of (their machine is taken back soon, or must
+        be replaced): drained for good once the notice's time has come, so the master
+        places no new work on them."""
         notices = self.handbacks.get(pool_name)
         if not notices:
             return reading
@@ -202,7 +203,7 @@ class Bridge:
                 reading = reading.with_state(agent_id, enabled=False, draining=True)
             drainer.hold(agent_id)
             self.logger.info(
-                f"drained agent {agent_id}: {notice.reason}; its machine is taken back then",
+                f"drained agent {agent_id} for good: {notice.reason}",
                 extra={"pool": pool_name},
             )
         return reading

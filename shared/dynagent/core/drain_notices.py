@@ -2,20 +2,23 @@
 
 A snapshot carries the master's state to the functions. Some of what decides when the
 master must stop placing work on an agent only the cloud knows: its machine is in a
-Capacity Block, or a GCP reservation, that the cloud takes back at its end. The
-functions read that, and tell the bridge which agents to drain and from when; the bridge
-disables them with drain through the master at that time. Each side still acts on its
+Capacity Block, or a GCP reservation, that the cloud takes back at its end, or EC2 is
+about to reclaim it; or the functions' config: it must be replaced (``decide.replace``).
+The functions tell the bridge which agents to drain and from when; the bridge disables
+them with drain through the master at that time, for good. Each side still acts on its
 own system: the functions never call the master, the bridge never the cloud.
 
-A notice is one JSON message on a queue of its own (an SQS standard queue)::
+A notice is one JSON message on a queue of its own (an SQS standard queue on AWS, a
+Pub/Sub topic on GCP)::
 
     {"type": "pool.drain", "version": 1, "pool": "a100", "time": "2026-11-26T21:30:00Z",
      "agents": [{"id": "i-0abc", "at": "2026-11-26T22:20:00Z",
                  "reason": "reservation cr-0123 ends at 2026-11-26 23:00Z"}]}
 
 The functions send one each pass, from a few minutes before the drain until the
-machine is gone (``decide.context.ANNOUNCE``): a notice lost or read late is made up by
-the next, so the queue needs no ordering and a bridge restarted meanwhile learns again.
+machine is gone (``decide.context.ANNOUNCE`` for reservations): a notice lost or read
+late is made up by the next, so the queue needs no ordering and a bridge restarted
+meanwhile learns again.
 """
 
 from __future__ import annotations

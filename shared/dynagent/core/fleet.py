@@ -71,6 +71,8 @@ class Instance:
     preempted: bool = False
     # The hash of the boot config it was launched with (``boot.drift``): "" if unknown.
     boot_config: str = ""
+    # The short hash of each part of it (``boot.drift.boot_parts``): "" if unknown.
+    boot_parts: str = ""
     # The reservation it runs in (``core.reservations``), as the cloud reports it: "".
     reservation: str = ""
 

@@ -44,7 +44,7 @@ from dynagent.core.durations import format_duration
 from dynagent.core.fleet import Fleet, Instance, Mark, RequestState
 from dynagent.core.offerings import Catalog, Offering, Purchase, offering_key
 from dynagent.core.packing import pack
-from dynagent.core.plan import Interruption, Launch, MarkWrite, Plan
+from dynagent.core.plan import DrainNotice, Interruption, Launch, MarkWrite, Plan
 from dynagent.core.snapshot import PendingTask
 
 # The notices this decides on, as the kinds plan.INTERRUPTION_KINDS names them.
@@ -112,6 +112,12 @@ def plan_interruption(
             reason = f"replaces {instance.id}, which the cloud reclaims: {need}"
             launches, waiting, covered = _replacement(pool, fleet, instance, reason, room)
             key = cover_key(pool.name, notice) if covered else key
+    drains: tuple[DrainNotice, ...] = ()
+    if notice.kind == INTERRUPTION and instance.registered_at is not None:
+        # The master places no new work there in its last two minutes (the agent's id
+        # is its instance's); sent on every notice, as a lost one is not sent again.
+        why = f"EC2 reclaims its spot machine (interruption notice at {notice.time:%H:%M:%S})"
+        drains = (DrainNotice(instance.id, notice.time, why),)
     return Plan(
         pool=pool.name,
         launch_key=key,
@@ -120,6 +126,7 @@ def plan_interruption(
         marks=marks,
         waiting=waiting,
         interruptions=interruptions,
+        drain_notices=drains,
     )
 
 

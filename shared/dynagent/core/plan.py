@@ -7,17 +7,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from dynagent.core.boot.drift import boot_tag
 from dynagent.core.fleet import Mark
 from dynagent.core.offerings import Offering
 
 # Low-cardinality names for why a plan launches or terminates: metric dimensions.
 LAUNCH_CAUSES = (
     "demand", "gang_spare", "cap_fill", "zero_slot", "min_instances", "headroom",
-    "interrupted",
+    "interrupted", "replacement",
 )  # fmt: skip
 TERMINATION_CAUSES = (
     "idle", "never_registered", "disconnected", "stopped", "spot_cancelled", "over_max",
-    "interrupted", "drifted", "other",
+    "interrupted", "drifted", "broken", "other",
 )  # fmt: skip
 # What the cloud said of a spot machine: a reclaim warning (EC2), a rebalance
 # recommendation (EC2), a preemption already done (GCP). metrics.INTERRUPTION_KINDS.
@@ -174,8 +175,28 @@ class Plan:
     # The hash of the boot config launches carry (``boot.drift``), "" when unknown: a
     # stopped machine whose own differs is deleted, never started.
     boot_config: str = ""
-    # Agents the bridge should drain ahead of their reservation's end.
+    # Its parts' short hashes (``boot.drift.boot_parts``), for saying what drifted.
+    boot_parts: str = ""
+    # Agents the bridge should drain: ahead of their reservation's end, or to be
+    # replaced (drifted or broken) once their tasks end.
     drain_notices: tuple[DrainNotice, ...] = ()
+    # Agents kept for now that must go (drifted or broken): (instance id, why and what
+    # happens to them now), for ``plan`` and ``status``.
+    retiring: tuple[tuple[str, str], ...] = ()
+    # Every agent this pass found drifted or broken, kept or terminated: (instance id,
+    # cause), for ``status``.
+    replacing: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def replacing_counts(self) -> tuple[int, int]:
+        """(drifted, broken) agents this pass found, kept or terminated."""
+        causes = [cause for _, cause in self.replacing]
+        return causes.count("drifted"), causes.count("broken")
+
+    @property
+    def boot_tag(self) -> str:
+        """What a launch's boot config tag or label holds (``boot.drift.boot_tag``)."""
+        return boot_tag(self.boot_config, self.boot_parts)
 
     def only_launching(self, launch_key: str, launches: tuple[Launch, ...]) -> Plan:
         """This plan's launches alone (or ``launches``), under ``launch_key``: what a
@@ -221,6 +242,7 @@ class Plan:
             f"tell the bridge to drain {n.agent_id} from {n.at:%Y-%m-%d %H:%M:%S}Z: {n.reason}"
             for n in self.drain_notices
         ]
+        lines += [f"replacing {instance_id}: {why}" for instance_id, why in self.retiring]
         for write in self.marks:
             verb = f"set {write.mark.value}" if write.value else f"clear {write.mark.value}"
             lines.append(f"{verb} on {', '.join(write.instance_ids)}: {write.reason}")

@@ -25,6 +25,13 @@ def zone_operations_client() -> Any:
 
 
 @cache
+def images_client() -> Any:
+    from google.cloud import compute_v1
+
+    return compute_v1.ImagesClient(**_endpoint_options())
+
+
+@cache
 def reservations_client() -> Any:
     from google.cloud import compute_v1
 

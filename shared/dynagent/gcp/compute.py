@@ -20,6 +20,7 @@ from google.cloud import compute_v1
 from google.protobuf.json_format import ParseError
 
 from dynagent.core.boot import MasterAddress, MasterUrlError, master_address
+from dynagent.core.boot.drift import read_boot_tag
 from dynagent.core.config import Pool, Settings
 from dynagent.core.fleet import Fleet, Instance, Mark, Reservation
 from dynagent.core.offerings import Offering, Purchase
@@ -184,6 +185,7 @@ class GceProvider:
         scheduling = item.scheduling
         spot = scheduling.provisioning_model == "SPOT" or bool(scheduling.preemptible)
         marks = gce_labels.marks_from_labels(labels)
+        boot = read_boot_tag(labels.get(gce_labels.BOOT_CONFIG_LABEL, ""))
         # A VM stopped before and started again (the warm pool's) counts its starting
         # period from its last start; creationTimestamp stays the first boot's.
         restarted = item.last_stop_timestamp and item.last_start_timestamp
@@ -193,7 +195,8 @@ class GceProvider:
             state=state,
             launched_at=datetime.fromisoformat(started),
             marks=marks,
-            boot_config=labels.get(gce_labels.BOOT_CONFIG_LABEL, ""),
+            boot_config=boot[0],
+            boot_parts=boot[1],
             instance_type=item.machine_type.rsplit("/", 1)[-1],
             zone=zone,
             spot=spot,
@@ -230,7 +233,7 @@ class GceProvider:
             return self._launch_offerings(plan, master)
         names = instance_names(self.config, plan.launch_key, len(plan.launches))
         operations, existing, errors = self._insert(
-            names, plan.launch_key, master, boot_config=plan.boot_config
+            names, plan.launch_key, master, boot_config=plan.boot_tag
         )
         failed = self._wait(operations)
         kind = _kind(errors, failed)
@@ -247,7 +250,7 @@ class GceProvider:
         def call(offering: Offering, count: int) -> Attempt:
             names = offering_names(self.config, plan.launch_key, offering.key, count)
             operations, existing, errors = self._insert(
-                names, plan.launch_key, master, offering, plan.boot_config
+                names, plan.launch_key, master, offering, plan.boot_tag
             )
             failed = self._wait(operations)
             started = tuple(n for n in names if n in operations or n in existing)

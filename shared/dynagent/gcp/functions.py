@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dynagent.core.config import Config, GcpProvider, Pool
+from dynagent.core.drain_notices import notice_message
+from dynagent.core.plan import Plan
 from dynagent.core.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 from dynagent.files.config import load_config
 from dynagent.report.metrics import Point
@@ -24,9 +26,11 @@ from dynagent.report.pass_metrics import dead_letter_point, pass_points, write_s
 from dynagent.report.status import Summary, SummaryRecorder
 from dynagent.run.fallback import CapacityMemory
 from dynagent.run.launch_errors import LaunchErrorMemory
+from dynagent.run.named_images import NamedImages
 from dynagent.run.reconcile import Outcome, Timer, apply_snapshot, log_outcome, sweep
 
-from .clients import instances_client, reservations_client, zone_operations_client
+from .clients import images_client, instances_client, reservations_client, zone_operations_client
+from .images import image_families
 from .logs import MetricLog, StructuredLogger
 
 if TYPE_CHECKING:
@@ -36,6 +40,10 @@ if TYPE_CHECKING:
 CONFIG_ENV = "DYNAGENT_CONFIG"
 DEAD_LETTER_ENV = "DYNAGENT_DEAD_LETTER_TOPIC"
 SNAPSHOT_TOPIC_ENV = "DYNAGENT_SNAPSHOT_TOPIC"
+# The topic the bridge reads drain notices from, through its subscription (core.drain_notices).
+DRAIN_NOTICE_TOPIC_ENV = "DYNAGENT_DRAIN_NOTICE_TOPIC"
+# How long a publish may take before it counts as failed (the next pass sends again).
+PUBLISH_TIMEOUT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -72,8 +80,11 @@ class GcpFunctions:
     operations: Callable[[], Any] = zone_operations_client
     # Read only for pools that name reservations.
     reservations: Callable[[], Any] = reservations_client
-    publisher: Any = None  # a Pub/Sub PublisherClient, for dead letters
+    # Read only for pools whose boot image is a family (gcp.images).
+    images: Callable[[], Any] = images_client
+    publisher: Any = None  # a Pub/Sub PublisherClient, for dead letters and drain notices
     dead_letter_topic: str | None = None
+    drain_notice_topic: str | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     sleep: Callable[[float], None] = time.sleep
     logger: Any = None
@@ -83,6 +94,8 @@ class GcpFunctions:
     reservation_caches: dict[str, ReservationCache] = field(default_factory=dict)
     # Each pool's refused launches, for launch_error_timeout/retries: kept warm only.
     launch_errors: LaunchErrorMemory = field(default_factory=LaunchErrorMemory)
+    # What each image family resolved to, read at most once a minute: kept warm only.
+    families: NamedImages = field(init=False)
     # Where the metrics go (structured entries on stdout), and what times a pass.
     metrics: MetricLog = field(default_factory=MetricLog)
     timer: Timer = time.monotonic
@@ -96,6 +109,7 @@ class GcpFunctions:
     def __post_init__(self) -> None:
         # AWS pools in a shared config belong to the AWS functions.
         self.config = self.config.for_cloud("gcp")
+        self.families = image_families(self.images)
         self.logger = self.logger or StructuredLogger()
         if self.snapshot_topic:
             self._summaries = SummaryRecorder(self._write_summary, self.logger)
@@ -117,8 +131,14 @@ class GcpFunctions:
             config=load_config(path),
             dead_letter_topic=os.environ.get(DEAD_LETTER_ENV) or None,
             snapshot_topic=os.environ.get(SNAPSHOT_TOPIC_ENV) or None,
+            drain_notice_topic=os.environ.get(DRAIN_NOTICE_TOPIC_ENV) or None,
             logger=logger,
         )
+
+    def config_now(self, now: datetime) -> Config:
+        """The config a pass decides and creates VMs with: each image family replaced by
+        its newest image (``gcp.images``)."""
+        return self.families.resolved(self.config, now, self.logger)
 
     def provider(self, pool: Pool) -> GceProvider:
         from .compute import GceProvider
@@ -150,7 +170,7 @@ class GcpFunctions:
         try:
             snapshot = parse_snapshot(message.data)
             outcome = apply_snapshot(
-                self.config, snapshot, self.provider, now, self.timer, self.launch_errors
+                self.config_now(now), snapshot, self.provider, now, self.timer, self.launch_errors
             )
         except InvalidSnapshot as error:
             pool = snapshot.pool if snapshot is not None else "unknown"
@@ -159,16 +179,43 @@ class GcpFunctions:
         log_outcome(self.logger, outcome)
         self._measure(outcome, now)
         if outcome.plan is not None and outcome.plan.drain_notices:
-            # The bridge has no way to hear them on GCP yet (docs/known-limits.md).
-            self.logger.warning(
-                f"drain notices are not sent on GCP yet: the master may still place work on "
-                f"{len(outcome.plan.drain_notices)} agents of a reservation that ends soon",
-                extra={"pool": outcome.pool},
-            )
+            self._tell_bridge(outcome.plan, now)
         if self._summaries is not None and outcome.plan is not None and snapshot is not None:
             refused = outcome.launch.error if outcome.launch is not None else None
-            self._summaries.record(snapshot, refused, now, outcome.launches_paused_until)
+            self._summaries.record(
+                snapshot,
+                refused,
+                now,
+                outcome.launches_paused_until,
+                outcome.plan.replacing_counts,
+            )
         return outcome
+
+    def _tell_bridge(self, plan: Plan, now: datetime) -> None:
+        """Publish the plan's drain notices to the bridge's topic. A publish that fails
+        is logged, not retried: the next pass sends them again."""
+        if not self.drain_notice_topic:
+            self.logger.warning(
+                f"no {DRAIN_NOTICE_TOPIC_ENV} set: the bridge is not told to drain "
+                f"{len(plan.drain_notices)} agents (the first: {plan.drain_notices[0].reason})",
+                extra={"pool": plan.pool},
+            )
+            return
+        from google.api_core.exceptions import GoogleAPIError
+        from google.auth.exceptions import GoogleAuthError
+
+        from .pubsub import publisher_client
+
+        body = notice_message(plan.pool, plan.drain_notices, now).encode()
+        try:
+            self.publisher = self.publisher or publisher_client()
+            future = self.publisher.publish(self.drain_notice_topic, body)
+            future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
+        except (GoogleAPIError, GoogleAuthError, TimeoutError) as error:
+            self.logger.warning(
+                "could not send drain notices; the next pass sends them again",
+                extra={"pool": plan.pool, "topic": self.drain_notice_topic, "error": str(error)},
+            )
 
     def _measure(self, outcome: Outcome, now: datetime) -> None:
         self._emit(lambda: pass_points(outcome, self.config.pools.get(outcome.pool), now), now)
@@ -205,7 +252,7 @@ class GcpFunctions:
 
     def sweep(self) -> list[Outcome]:
         now = self.clock()
-        outcomes = sweep(self.config, self.provider, now, self.timer, self.launch_errors)
+        outcomes = sweep(self.config_now(now), self.provider, now, self.timer, self.launch_errors)
         for outcome in outcomes:
             log_outcome(self.logger, outcome)
             self._measure(outcome, now)

@@ -6,7 +6,8 @@ lowercase letters, digits, ``-`` and ``_``, at most 63 characters, so per pool:
 
 - ``dynagent-s-{pool}`` = ``{seq}-{time}-{pending}-{slots}-{agents}-{busy}-{idle}-{draining}``
   with seq and time (epoch seconds) in base 36, then ``-{until}`` while launches are
-  paused (launch_error_timeout/retries);
+  paused (launch_error_timeout/retries), and ``-r{drifted}_{broken}`` while agents are
+  replaced (``core.decide.replace``);
 - ``dynagent-e-{pool}`` = ``{time}-{code}``: when a launch was refused, and the error
   code Compute Engine gave (``zone_resource_pool_exhausted``), not its sentence.
 
@@ -63,6 +64,9 @@ def status_labels(pool: str, summary: Summary) -> dict[str, str]:
     fields = [_b36(summary.seq), _b36(int(summary.time.timestamp())), *map(str, counts)]
     if summary.launches_paused_until is not None:
         fields.append(_b36(int(summary.launches_paused_until.timestamp())))
+    if summary.drifted or summary.broken:
+        # "_" tells it from the base-36 paused time, which has none.
+        fields.append(f"r{summary.drifted}_{summary.broken}")
     value = "-".join(fields)
     labels = {label_key(STATUS_LABEL, pool): value[:_MAX]}
     if summary.launch_error and summary.launch_error_at:
@@ -80,7 +84,9 @@ def summary_from_labels(pool: str, labels: dict[str, str]) -> Summary | None:
         return None
     try:
         seq, when, *counts = text.split("-")
-        paused = counts[6:7]
+        paused = [field for field in counts[6:] if "_" not in field][:1]
+        replacing = [field for field in counts[6:] if "_" in field][:1]
+        drifted, broken = map(int, replacing[0][1:].split("_")) if replacing else (0, 0)
         pending, slots, agents, busy, idle, draining = map(int, counts[:6])
         summary = Summary(
             seq=int(seq, 36),
@@ -94,6 +100,8 @@ def summary_from_labels(pool: str, labels: dict[str, str]) -> Summary | None:
             launches_paused_until=(
                 datetime.fromtimestamp(int(paused[0], 36), UTC) if paused else None
             ),
+            drifted=drifted,
+            broken=broken,
         )
     except ValueError:
         return None

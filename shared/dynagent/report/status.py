@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from dynagent.core.boot.drift import boot_config, boot_parts, changed_parts
 from dynagent.core.config import Pool, Settings
 from dynagent.core.decide import decide
 from dynagent.core.durations import format_duration
@@ -41,6 +42,9 @@ class Summary:
     launch_error_at: datetime | None = None
     # Until when launches were paused (launch_error_timeout/retries), if they were.
     launches_paused_until: datetime | None = None
+    # Agents the pass found of an old boot config, or broken, and replaces.
+    drifted: int = 0
+    broken: int = 0
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Summary:
@@ -83,9 +87,17 @@ class SummaryRecorder:
         launch_error: str | None,
         now: datetime,
         paused_until: datetime | None = None,
+        replacing: tuple[int, int] = (0, 0),
     ) -> None:
+        """``replacing``: (drifted, broken) agents the pass found (``Plan.replacing_counts``)."""
         previous = self._last.get(snapshot.pool)
-        summary = replace(Summary.of(snapshot), launches_paused_until=paused_until)
+        drifted, broken = replacing
+        summary = replace(
+            Summary.of(snapshot),
+            launches_paused_until=paused_until,
+            drifted=drifted,
+            broken=broken,
+        )
         if launch_error:
             summary = replace(summary, launch_error=launch_error, launch_error_at=now)
         elif previous is not None:
@@ -150,6 +162,9 @@ def pool_status(
     provider = pool.provider
     instances = []
     counts: dict[str, int] = {}
+    # The pool's boot config now, as far as the status can tell: with master_url an
+    # alias it knows no address, and judges nothing.
+    config_now, parts_now = boot_config(pool, {}), boot_parts(pool, {})
     for instance in sorted(fleet.instances, key=lambda i: (i.launched_at, i.id)):
         state = instance_state(instance)
         counts[state] = counts.get(state, 0) + 1
@@ -165,6 +180,9 @@ def pool_status(
                 "disconnected_s": _since(instance.disconnected_since, now),
                 # Since a pass stopped it for the warm pool (None: not recorded).
                 "stopped_s": _since(instance.stopped_at, now),
+                # What changed since its launch, when its boot config is not the pool's
+                # now (``core.boot.drift``); None when it is, or cannot be told.
+                "drifted": _drift(instance, config_now, parts_now),
             }
         )
     requests = [
@@ -242,6 +260,20 @@ def pool_status(
     }
 
 
+def _drift(instance: Instance, config_now: str, parts_now: str) -> str | None:
+    # As the decision judges it (``decide.drift``): only machines with their parts.
+    if not config_now or not instance.boot_parts or instance.boot_config == config_now:
+        return None
+    return " and ".join(changed_parts(instance.boot_parts, parts_now)) or "boot config"
+
+
+def _replacing(drifted: int, broken: int) -> str:
+    """What the last pass replaces, for the last snapshot's line: "" when nothing."""
+    kinds = [f"{drifted} of an old config" if drifted else "", f"{broken} broken" if broken else ""]
+    named = " and ".join(kind for kind in kinds if kind)
+    return f"; replacing {named}" if named else ""
+
+
 def render(status: dict[str, Any], styled: bool = False) -> list[str]:
     """Aligned plain text for a pipe; ``styled`` (a terminal): boxed tables, bold
     headers, states in colour."""
@@ -269,9 +301,14 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
             f"disk ${stopped['disk_per_hour']:.3f}/h"
         )
     lines = [f"{title} at {status['now']}: {size}{bound}" + (f"; {counts}" if counts else "")]
-    # How long each has been stopped, in a column of its own while any is.
+    # How long each has been stopped, in a column of its own while any is; what drifted
+    # too, while any has.
     when = bool(stopped["machines"])
-    header = ("instance", "state", "type", "age", "idle", *(("stopped",) * when), "registered")
+    drift = any(item.get("drifted") for item in status["instances"])
+    header = (
+        "instance", "state", "type", "age", "idle", *(("stopped",) * when), "registered",
+        *(("old config",) * drift),
+    )  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
     for item in status["instances"]:
         since = item.get("stopped_s")
@@ -284,6 +321,7 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
                 _ago(item["idle_s"]) if item["idle_s"] is not None else "-",
                 *((_ago(since) if since is not None else "-",) * when),
                 item["registered_at"] or "-",
+                *((item.get("drifted") or "-",) * drift),
             )
         )
     table = _table(rows, styled)
@@ -321,6 +359,7 @@ def render(status: dict[str, Any], styled: bool = False) -> list[str]:
             f"{stale}): {last['pending']} pending tasks ({last['pending_slots']} slots), "
             f"{last['agents']} agents ({last['busy']} busy, {last['idle']} idle, "
             f"{last['draining']} draining)"
+            + _replacing(last.get("drifted") or 0, last.get("broken") or 0)
         )
         if last["launch_error"]:
             lines.append(

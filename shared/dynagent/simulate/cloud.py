@@ -82,6 +82,9 @@ class SimInstance:
     # When the warm pool stopped it (None: not stopped), and the boot config it carries.
     stopped: int | None = None
     boot_config: str = ""
+    boot_parts: str = ""
+    # The pool's config it was launched under: 0, then 1 after an upgrade (``upgrade``).
+    generation: int = 0
     # The marks reconciles wrote on it, as a tag holds them: a time, to the second.
     marks: dict[Mark, datetime] = field(default_factory=dict)
     # What ``observe`` shows of it, rebuilt only after it changed.
@@ -106,6 +109,7 @@ class SimInstance:
                 zone=offering.zone,
                 spot=offering.purchase is Purchase.SPOT,
                 boot_config=self.boot_config,
+                boot_parts=self.boot_parts,
                 reservation=offering.reservation,
             )
         return self._view
@@ -179,6 +183,9 @@ class SimCloud:
         self.start_refusals = 0
         self.most_stopped = 0
         self._boot_config = ""
+        self._boot_parts = ""
+        # Bumped when the pool's config changes mid-run: what launches are of now.
+        self.generation = 0
         self.live_slots = 0
         self.launches = 0
         self.launches_by_type: dict[str, int] = {}
@@ -244,7 +251,7 @@ class SimCloud:
             return LaunchResult()
         if plan.launch_key in self._keys:  # a replay: the token was used, as on EC2
             return LaunchResult(started=self._keys[plan.launch_key], replayed=True)
-        self._boot_config = plan.boot_config
+        self._boot_config, self._boot_parts = plan.boot_config, plan.boot_parts
         result = launch_with_fallback(plan.launches, self._call, self.memory, at(self.clock()))
         self._keys[plan.launch_key] = result.started
         return result
@@ -378,6 +385,11 @@ class SimCloud:
 
     # What the run and the baseline need besides
 
+    def old_machines(self) -> int:
+        """Live and stopped machines launched under a config before the pool's now."""
+        machines = (*self.live.values(), *self.stopped.values())
+        return sum(1 for i in machines if i.generation < self.generation)
+
     def launch_now(self, count: int, offering: Offering | None = None) -> tuple[str, ...]:
         """Launch ``count`` instances now; their boot events go on the run's clock."""
         now = self.clock()
@@ -397,6 +409,8 @@ class SimCloud:
                 now,
                 now + registered_after,
                 boot_config=self._boot_config,
+                boot_parts=self._boot_parts,
+                generation=self.generation,
             )
             self.live[instance.id] = instance
             self.live_slots += instance.slots

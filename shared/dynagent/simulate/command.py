@@ -122,6 +122,13 @@ def add_parser(commands: Any) -> None:
         "pool must buy spot (spot: true, or spot in offerings.purchase)",
     )
     simulate.add_argument(
+        "--upgrade-at",
+        metavar="DURATION",
+        help="the pool moves to a new agent image this long after the trace's start (an "
+        "upgrade of Determined): the report says how long until no machine of the old one "
+        "is left, and the tasks requeued since",
+    )
+    simulate.add_argument(
         "--heartbeat",
         default="30s",
         help="the bridge's snapshot interval when nothing changes (30s), published at its "
@@ -291,6 +298,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         price=args.price,
         interruption_rate=args.interruption_rate,
         fitting_policy=args.fitting_policy,
+        upgrade_at=None if args.upgrade_at is None else _seconds(args.upgrade_at),
     )
 
 

@@ -101,6 +101,10 @@ class DeterminedPolicy:
         self._timer_at: int | None = None
         self._last_tick = -TICK
 
+    def upgrade(self, now: int, pool: Pool) -> None:
+        """Determined's provisioner launches the new config from now on; the agents it
+        runs stay until they idle out, as it has no rule for an old one."""
+
     def act(self, now: int, change: Change) -> None:
         # A tick reads the pending tasks and the agents: other changes cannot alter it.
         if change is Change.DECISION:

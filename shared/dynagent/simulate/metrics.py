@@ -71,6 +71,10 @@ class Summary:
     reserved_used_hours: float | None = None
     reserved_cost: float | None = None
     on_demand_beside_free: int | None = None
+    # An upgrade mid-trace: seconds until no machine of the old config was left (None:
+    # some were at the end, or no upgrade), and tasks requeued after it.
+    upgraded_after: int | None = None
+    requeued_since_upgrade: int | None = None
 
 
 def percentile(sorted_values: Sequence[int], percent: float) -> int | None:
@@ -136,6 +140,8 @@ def summarise(run: PolicyRun, limit_seconds: int) -> Summary:
         reserved_used_hours=run.reserved_used_hours,
         reserved_cost=run.reserved_dollars,
         on_demand_beside_free=run.on_demand_beside_free,
+        upgraded_after=run.upgraded_after,
+        requeued_since_upgrade=run.requeued_since_upgrade,
     )
 
 

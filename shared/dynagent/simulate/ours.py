@@ -31,6 +31,12 @@ saw a change and every heartbeat, and retires a drained agent idle for ``RETIRE_
 which the snapshot then reports: only retired agents are terminated. Simpler than the
 bridge: a retirement comes at the heartbeat after ``RETIRE_AFTER`` ran out, up to 30 s
 later than the bridge's own 5-s reads.
+
+The drain notices a plan carries (an interrupted spot machine, agents of an old config
+or broken ones) reach the bridge at once: it disables each agent with drain when the
+notice's time comes and reports it retired from then on, as ``bridge.loop`` does.
+Simpler than the real path: no queue between them, and the bridge acts on a notice at
+its next read.
 """
 
 from __future__ import annotations
@@ -98,8 +104,19 @@ class DynagentPolicy:
         self._unread = Change.NONE
         self._read_at: int | None = None
         self._swept: int | None = None  # the second of the last sweep
+        # Drain notices not yet due (agent id -> from when), and agents drained for good.
+        self._notices: dict[str, int] = {}
+        self.held: set[str] = set()
+
+    def upgrade(self, now: int, pool: Pool) -> None:
+        """The functions are deployed with the pool's new config: the next snapshot's
+        pass judges the agents against it."""
+        self.pool = pool
+        self.fleet_changed(now)
 
     def act(self, now: int, change: Change) -> None:
+        if self._notices:
+            self._hand_back(now)
         change = self._read(now, change)
         bridge = self.drainer is not None and (change is not Change.NONE or self._beat(now))
         if bridge and self._bridge_drains(now):
@@ -192,8 +209,10 @@ class DynagentPolicy:
         def decision(fleet: Fleet) -> Plan:
             return plan_interruption(self.pool, fleet, notice, moment)
 
-        act(self.pool, self.cloud, self.cloud.observe(), decision, moment)
+        outcome = act(self.pool, self.cloud, self.cloud.observe(), decision, moment)
         self.decisions += 1
+        if outcome.plan is not None:
+            self._take_notices(now, outcome.plan)
         # The mark frees a place under max_instances: the next snapshot may use it, as
         # every heartbeat of an exhaustive run would.
         self._plan_wake(now, acted=True)
@@ -211,15 +230,42 @@ class DynagentPolicy:
         snapshot = self.master.snapshot(moment) if with_snapshot else None
         if snapshot is not None and self.drainer is not None:
             snapshot = _retiring(snapshot, self.drainer)
+        if snapshot is not None and self.held:
+            snapshot = _held_retired(snapshot, self.held)
         if snapshot is not None and self.idle_clock is not None:
             self.idle_clock.published(snapshot.agents, moment)
         plan = reconcile(self.pool, self.cloud, snapshot, moment, self.settings).plan
         self.decisions += 1
         if plan is None:
             return False
+        self._take_notices(now, plan)
         if snapshot is not None:
             self._note_at_max(now, plan.pending_at_max)
         return bool(plan.launches or plan.terminations or plan.stops or plan.starts)
+
+    def _take_notices(self, now: int, plan: Plan) -> None:
+        """The plan's drain notices, for the bridge: due ones acted on at once."""
+        for notice in plan.drain_notices:
+            if notice.agent_id not in self.held:
+                when = seconds_at(notice.at)
+                self._notices[notice.agent_id] = min(when, self._notices.get(notice.agent_id, when))
+        if self._notices:
+            self._hand_back(now)
+
+    def _hand_back(self, now: int) -> None:
+        """Agents whose notice is due: drained for good (``bridge.loop._hand_back``)."""
+        self.held &= set(self.master.agents)
+        for agent_id, when in list(self._notices.items()):
+            if when > now:
+                continue
+            del self._notices[agent_id]
+            if agent_id not in self.master.agents:
+                continue
+            self.master.disable(agent_id)
+            self.held.add(agent_id)
+            if self.drainer is not None:
+                self.drainer.hold(agent_id)
+            self._read_by(now + 1)  # the bridge's next read sees it drained
 
     def _note_at_max(self, now: int, at_max: bool) -> None:
         if at_max and self._at_max_since is None:
@@ -296,6 +342,8 @@ class DynagentPolicy:
         # (``decide.idle`` keeps them only while it is active).
         for reservation in self.cloud.reservations.values():
             deadlines += [t for t in (reservation.start, reservation.end) if t is not None]
+        # A drain notice whose time comes (a reservation's end, announced ahead).
+        deadlines += self._notices.values()
         if self.drainer is not None:
             # The bridge drains an agent idle for the period by its own clock, and retires
             # a drained one idle for RETIRE_AFTER.
@@ -316,6 +364,15 @@ def _retiring(snapshot: Snapshot, drainer: Drainer) -> Snapshot:
         for a in snapshot.agents
     )
     return snapshot.model_copy(update={"retires": True, "agents": agents})
+
+
+def _held_retired(snapshot: Snapshot, held: set[str]) -> Snapshot:
+    """The snapshot as the bridge publishes it: agents drained on notice are retired."""
+    agents = tuple(
+        dataclasses.replace(a, draining=True, retired=True) if a.id in held else a
+        for a in snapshot.agents
+    )
+    return snapshot.model_copy(update={"agents": agents})
 
 
 def _due(time: int | None, now: int) -> bool:

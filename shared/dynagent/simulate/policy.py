@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from typing import Protocol
 
+from dynagent.core.config import Pool
+
 
 class Change(enum.IntEnum):
     """How the master changed since a policy last acted."""
@@ -40,6 +42,10 @@ class Policy(Protocol):
     def pending_at_max_seconds(self, until: int) -> int | None:
         """Seconds up to ``until`` its plans had demand waiting at max_instances, or None
         if it makes no such plans."""
+        ...
+
+    def upgrade(self, now: int, pool: Pool) -> None:
+        """The pool's config changed (an upgrade): what it launches from now on."""
         ...
 
     def fleet_changed(self, now: int) -> None:

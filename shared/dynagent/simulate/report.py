@@ -89,6 +89,21 @@ RESERVED_ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
 )
 
 
+# Shown when the pool is upgraded mid-trace (--upgrade-at).
+UPGRADE_ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
+    ("old config gone after", lambda s: _gone_after(s)),
+    ("  tasks requeued since", lambda s: _count(s.requeued_since_upgrade)),
+)
+
+
+def _gone_after(column: Summary) -> str:
+    if column.name == "limit":
+        return "-"
+    if column.upgraded_after is None:
+        return "not by the end"
+    return format_wait(column.upgraded_after)
+
+
 def _hours(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
@@ -185,6 +200,7 @@ def table(replay: Replay) -> str:
     rows = ROWS + (INTERRUPTION_ROWS if replay.options.interruption_rate else ())
     rows += WARM_POOL_ROWS if replay.pool.provider.warm_pool.enabled else ()
     rows += RESERVED_ROWS if replay.options.reservations else ()
+    rows += UPGRADE_ROWS if replay.options.upgrade_at is not None else ()
     width = max(len(label) for label, _ in rows) + 2
     lines = [*describe(replay), ""]
     lines.append(" " * width + "".join(f"{c.name:>14}" for c in columns))
@@ -269,6 +285,7 @@ def document(replay: Replay) -> dict[str, Any]:
         "heartbeat_s": options.heartbeat,
         "fitting_policy": options.fitting_policy,
         "interruption_rate_per_machine_hour": options.interruption_rate,
+        "upgrade_at_s": options.upgrade_at,
         "price_per_instance_hour": replay.prices.by_type,
         "baseline": {"instance_type": replay.prices.baseline_type, "price": replay.prices.baseline},
         "unavailable": [dataclasses.asdict(outage) for outage in options.outages],

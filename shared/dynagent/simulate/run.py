@@ -62,6 +62,9 @@ class RunOptions:
     fitting_policy: FittingPolicy = DEFAULT_FITTING_POLICY
     # Capacity reserved ahead (from the trace's start), billed whether used or not.
     reservations: tuple[SimReservation, ...] = ()
+    # Seconds from the trace's start at which the pool moves to a new agent image (an
+    # upgrade of Determined): how long until no machine of the old one is left.
+    upgrade_at: int | None = None
 
 
 @dataclass
@@ -110,6 +113,20 @@ class PolicyRun:
     reserved_used_hours: float | None = None
     reserved_dollars: float | None = None
     on_demand_beside_free: int | None = None
+    # An upgrade (``RunOptions.upgrade_at``; None: none): seconds from it until no
+    # machine of the old config was left (None: some still were at the end), and tasks
+    # requeued after it (an agent lost while they ran).
+    upgraded_after: int | None = None
+    requeued_since_upgrade: int | None = None
+
+
+def upgraded(pool: Pool) -> Pool:
+    """The pool after an upgrade: the same, with the next agent image."""
+    provider = pool.provider
+    image = f"{provider.agent_docker_image}-upgraded"
+    return pool.model_copy(
+        update={"provider": provider.model_copy(update={"agent_docker_image": image})}
+    )
 
 
 def make_policy(
@@ -182,6 +199,11 @@ class Simulation:
         self.usage = Usage()
         self.progress = progress
         self._next_job = 0
+        self._upgrade_at = None if options.upgrade_at is None else trace.start + options.upgrade_at
+        # When the upgrade came, what the master had requeued by then, and when the last
+        # machine of the old config went.
+        self._upgraded: tuple[int, int] | None = None
+        self._old_gone_at: int | None = None
         self._drain_until: int | None = None
         self._give_up_at = trace.end + sum(job.duration for job in trace.jobs) + DRAIN
 
@@ -205,6 +227,8 @@ class Simulation:
     def _next_instant(self) -> int | None:
         jobs = self.trace.jobs
         times = [self.events.next_time(), self.policy.wake_at()]
+        if self._upgraded is None:
+            times.append(self._upgrade_at)
         if self._next_job < len(jobs):
             times.append(jobs[self._next_job].arrival)
         return min((t for t in times if t is not None), default=None)
@@ -230,6 +254,10 @@ class Simulation:
         while self._next_job < len(jobs) and jobs[self._next_job].arrival <= now:
             self.master.submit(jobs[self._next_job])
             self._next_job += 1
+        if self._upgrade_at is not None and self._upgraded is None and now >= self._upgrade_at:
+            self._upgraded = (now, self.master.requeued)
+            self.cloud.generation += 1
+            self.policy.upgrade(now, upgraded(self.pool))
         self.master.schedule(now)
 
     def _act(self, now: int) -> None:
@@ -247,6 +275,9 @@ class Simulation:
         fleet = self.cloud.live_slots
         self.series.record(now, master.busy_slots + master.queued_slots, fleet, master.busy_slots)
         self.usage.observe(now, fleet, master.busy_slots, master.connected_slots, master.idle_slots)
+        upgraded = self._upgraded is not None and self._old_gone_at is None
+        if upgraded and not self.cloud.old_machines():
+            self._old_gone_at = now
         if self.progress is not None:
             span = max(1, self.trace.end - self.trace.start)
             self.progress(min(1.0, (now - self.trace.start) / span))
@@ -296,7 +327,18 @@ class Simulation:
             usage=self.usage,
             **self._warm_pool(bill.disk_dollars),
             **self._reserved(bill.reserved_dollars),
+            **self._upgrade(),
         )
+
+    def _upgrade(self) -> dict[str, Any]:
+        if self._upgraded is None:
+            return {}
+        at, requeued = self._upgraded
+        gone = None if self._old_gone_at is None else self._old_gone_at - at
+        return {
+            "upgraded_after": gone,
+            "requeued_since_upgrade": self.master.requeued - requeued,
+        }
 
     def _reserved(self, dollars: float) -> dict[str, Any]:
         cloud = self.cloud

@@ -5,7 +5,8 @@ plan``, the simulator and the tests all run exactly this code. Every action it r
 says why.
 
 ``decide`` applies the rules in order, each in a module of its own: ``spot_requests``,
-the fleet ``walk`` (with the ``removals`` it makes), ``idle`` reaping, ``trim`` to the
+the fleet ``walk`` (with the ``removals`` it makes), agents of an old config
+(``drift``) or broken (``repair``) ``replace``d, ``idle`` reaping, ``trim`` to the
 caps, ``launches`` (with ``gang_spares``, ``zero_slot`` work and warm ``headroom``) and
 ``marks``. The ``warm_pool`` of stopped machines takes part in the walk, the reaping and
 the launches.
@@ -18,10 +19,13 @@ from datetime import datetime
 
 from dynagent.core.config import Pool, Settings
 from dynagent.core.decide.context import Context
+from dynagent.core.decide.drift import drifted
 from dynagent.core.decide.idle import agents_counted_on, reap_idle
 from dynagent.core.decide.launches import launch_key, master_unknown, plan_launches
 from dynagent.core.decide.marks import mark_writes, still_wanted, stop_marks
 from dynagent.core.decide.removals import INTERRUPTION_GRACE
+from dynagent.core.decide.repair import broken
+from dynagent.core.decide.replace import replace_agents
 from dynagent.core.decide.spot_requests import review_spot_requests
 from dynagent.core.decide.trim import trim_to_max
 from dynagent.core.decide.walk import walk_fleet
@@ -44,6 +48,9 @@ def decide(
     ctx = Context(pool, fleet, snapshot, now, settings or Settings())
     review_spot_requests(ctx)
     survey = walk_fleet(ctx)
+    # A broken agent of an old config is counted broken: its GPU is the graver fault.
+    retiring = broken(ctx)
+    replace_agents(ctx, survey, retiring + drifted(ctx, {r.instance.id for r in retiring}))
     counted_on = agents_counted_on(ctx, survey)
     reap_idle(ctx, survey.idle, survey.room, counted_on)
     trim_to_max(ctx)
@@ -76,7 +83,10 @@ def decide(
         interruptions=tuple(ctx.interruptions),
         master_addresses=tuple(sorted(addresses.items())),
         boot_config=ctx.boot_config if launches or starts or stops else "",
-        drain_notices=drain_notices(ctx) if ctx.announced else (),
+        boot_parts=ctx.boot_parts if launches or starts or stops else "",
+        drain_notices=(drain_notices(ctx) if ctx.announced else ()) + tuple(ctx.drains),
+        retiring=tuple(sorted(ctx.retiring.items())),
+        replacing=tuple(sorted(ctx.replacing)),
     )
 
 

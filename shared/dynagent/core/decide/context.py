@@ -11,7 +11,7 @@ import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from dynagent.core.boot.drift import boot_config
+from dynagent.core.boot.drift import boot_config, boot_parts
 from dynagent.core.config import Pool, ProviderConfig, Settings
 from dynagent.core.fleet import (
     Fleet,
@@ -26,6 +26,7 @@ from dynagent.core.offerings import Catalog, Shape
 from dynagent.core.packing import Demand, Existing, pack
 from dynagent.core.plan import (
     Adoption,
+    DrainNotice,
     Interruption,
     Termination,
 )
@@ -77,6 +78,15 @@ class Context:
     # Spot machines the cloud stopped (preempted) that the warm pool keeps: marked
     # stopped now, so the preemption is counted once.
     kept_preempted: set[str] = field(default_factory=set)
+    # Agents this plan keeps though they must go (``replace``: drifted or broken), by
+    # instance id, with why and what happens to them now.
+    retiring: dict[str, str] = field(default_factory=dict)
+    # Every agent ``replace`` was given, with its cause (``drifted``, ``broken``).
+    replacing: list[tuple[str, str]] = field(default_factory=list)
+    # Drain notices for the bridge (``replace``), beside those of reservations' ends.
+    drains: list[DrainNotice] = field(default_factory=list)
+    # How many machines of the config now min_instances is short of (``replace``).
+    floor_short: int = 0
     # Each instance's agent, in fleet order (None: not connected), looked up once.
     connected: list[Agent | None] = field(init=False)
     # When the snapshot saw what it says (never later than now).
@@ -183,6 +193,12 @@ class Context:
         """The pool's boot config hash now (``boot.drift``): what launches carry."""
         addresses = (self.snapshot.master_addresses if self.snapshot else None) or {}
         return boot_config(self.pool, addresses)
+
+    @functools.cached_property
+    def boot_parts(self) -> str:
+        """Its parts' short hashes (``boot.drift.boot_parts``)."""
+        addresses = (self.snapshot.master_addresses if self.snapshot else None) or {}
+        return boot_parts(self.pool, addresses)
 
     def cancel(self, request_id: str, reason: str) -> None:
         self.cancellations.setdefault(request_id, reason)

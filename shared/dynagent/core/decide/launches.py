@@ -21,6 +21,7 @@ from dynagent.core.decide.context import (
 )
 from dynagent.core.decide.gang_spares import gang_spare_launches
 from dynagent.core.decide.headroom import headroom_launches
+from dynagent.core.decide.replace import replacement_launches
 from dynagent.core.decide.warm_pool import start_instead
 from dynagent.core.decide.zero_slot import zero_slot_launches
 from dynagent.core.offerings import Catalog, Offering, Shape
@@ -73,6 +74,7 @@ def plan_launches(
             cause="min_instances",
         )
     ] * max(0, below_min)
+    launches += replacement_launches(ctx, live + len(launches))
     launches += headroom_launches(ctx, demand, smallest, live + len(launches), launches)
     launches, starts = start_instead(ctx, launches)
     return tuple(launches), tuple(starts), demand

@@ -38,6 +38,11 @@ RESERVATION_TAGS = re.compile(r"^tag:[^=]{1,128}=.{0,256}$")
 
 # Fields Determined fills in when they are empty (aws_config.go ``InitDefaultValues``):
 # an empty string is unset for these.
+# An AMI id, or the AMI an SSM parameter holds, as RunInstances' ImageId takes it
+# (parameter names: letters, digits, _ . - and /; a version or label after a colon).
+SSM_IMAGE_PREFIX = "resolve:ssm:"
+_NAME = r"[A-Za-z0-9_.\-]+"
+SSM_IMAGE_OR_AMI = rf"^(ami-[0-9a-f]+|resolve:ssm:/?{_NAME}(/{_NAME})*(:{_NAME})?)$"
 _EMPTY_IS_UNSET = ("region", "image_id", "spot_max_price", "tag_value")
 
 
@@ -81,8 +86,9 @@ class AwsProvider(ProvisionerFields):
     type: Literal["aws"]
     # Default: the functions' AWS_REGION / AWS_DEFAULT_REGION (filled in when loading).
     region: str = Field(min_length=1)
-    # Default: Determined's agent AMI for the region (DEFAULT_IMAGE_IDS).
-    image_id: str = Field(pattern=r"^ami-[0-9a-f]+$")
+    # Default: Determined's agent AMI for the region (DEFAULT_IMAGE_IDS). Or EC2's
+    # ``resolve:ssm:NAME[:VERSION]``: the AMI an SSM parameter holds (dynagent.aws.images).
+    image_id: str
     instance_type: str = "g4dn.metal"
     instance_slots: int | None = Field(default=None, ge=0)
     cpu_slots_allowed: bool = False
@@ -124,6 +130,24 @@ class AwsProvider(ProvisionerFields):
                 )
             fields["image_id"] = DEFAULT_IMAGE_IDS[region]
         return fields
+
+    @field_validator("image_id")
+    @classmethod
+    def _image(cls, image: str) -> str:
+        if not re.match(SSM_IMAGE_OR_AMI, image):
+            raise ValueError(
+                f"{image!r} is neither an AMI id (ami-0123456789abcdef0) nor "
+                "resolve:ssm:PARAMETER (the AMI an SSM parameter holds, e.g. "
+                "resolve:ssm:/aws/service/deeplearning/ami/...)"
+            )
+        return image
+
+    @property
+    def image_parameter(self) -> str | None:
+        """The SSM parameter ``image_id`` names (``resolve:ssm:NAME``), or None."""
+        if self.image_id.startswith(SSM_IMAGE_PREFIX):
+            return self.image_id.removeprefix(SSM_IMAGE_PREFIX)
+        return None
 
     @field_validator("spot_max_price")
     @classmethod

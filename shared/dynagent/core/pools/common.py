@@ -96,6 +96,24 @@ def _count_or_auto(value: Any) -> Any:
     return _number_or_auto(value, "machines")
 
 
+def _count_or_share(value: Any) -> Any:
+    """A number of agents, 1 or more, or a share of the pool's agents (``10%``)."""
+    how = "write a number of agents (like 2) or a share of them (like 10%)"
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            share = float(value.strip()[:-1])
+        except ValueError:
+            raise ValueError(f"{value!r} is not a share: {how}") from None
+        if not 0 < share <= 100:
+            raise ValueError(f"{value!r} is not a share from above 0% to 100%: {how}")
+        return value.strip()
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is neither a number nor a share: {how}")
+    if value < 1:
+        raise ValueError(f"{value} is below 1: {how}")
+    return value
+
+
 class WarmPool(StrictModel):
     """Ours: idle agents stopped instead of terminated, and started again for new work.
 
@@ -189,6 +207,23 @@ class ProvisionerFields(StrictModel):
     # reservation's) its agents stop taking work. EC2 warns 40 minutes before a block's
     # end and starts terminating its instances 30 minutes before.
     drain_before_reservation_end: Duration = timedelta(minutes=40)
+    # Ours: agents launched with a boot config other than the pool's now (another image,
+    # agent image, master address, startup script) are replaced, idle ones at once and
+    # busy ones drained first (dynagent.core.decide.drift); false leaves them to idle out.
+    drift: bool = True
+    # Ours: agents that registered fewer GPUs than their machine has are replaced as
+    # broken (dynagent.core.decide.repair).
+    repair: bool = True
+    # Ours: at most this many busy agents drained for drift or repair at once: a number,
+    # or a share of the pool's agents (at least 1).
+    drift_budget: Annotated[int | str, BeforeValidator(_count_or_share)] = "10%"
+
+    def drift_budget_of(self, agents: int) -> int:
+        """Busy agents that may drain for drift or repair at once, in a pool of ``agents``."""
+        budget = self.drift_budget
+        if isinstance(budget, int):
+            return budget
+        return max(1, int(agents * float(budget[:-1]) / 100))
 
     @property
     def headroom_auto(self) -> bool:

@@ -44,6 +44,12 @@ RESERVATION = re.compile(
 MAX_NAME_PREFIX = 40
 
 
+# projects/P/global/images/family/F, as a path or a full URL: the newest image of a family.
+IMAGE_FAMILY = re.compile(
+    r"(?:.*/)?projects/(?P<project>[^/]+)/global/images/family/(?P<family>[^/]+)"
+)
+
+
 class GcpNetworkInterface(StrictModel):
     network: str = "global/networks/default"
     subnetwork: str = ""
@@ -228,6 +234,13 @@ class GcpProvider(ProvisionerFields):
         if len(models) > 1:
             found.append(f"offerings mix GPU models ({', '.join(sorted(models))}) on purpose")
         return found
+
+    @property
+    def image_family(self) -> tuple[str, str] | None:
+        """(project, family) when ``boot_disk_source_image`` names an image family, which
+        the functions resolve to its newest image (dynagent.gcp.images); else None."""
+        found = IMAGE_FAMILY.fullmatch(self.boot_disk_source_image)
+        return (found["project"], found["family"]) if found else None
 
     def machines(self) -> tuple[GcpInstanceType, ...]:
         """Every machine the pool may launch: its offerings', or its one instance_type."""

@@ -251,6 +251,10 @@ class LocalCompute(Service):
         """A real ``compute_v1.ReservationsClient`` (REST, anonymous) on this server."""
         return self._client("ReservationsClient")
 
+    def images_client(self) -> Any:
+        """A real ``compute_v1.ImagesClient`` (REST, anonymous) on this server."""
+        return self._client("ImagesClient")
+
     def instances_client(self) -> Any:
         """A real ``compute_v1.InstancesClient`` (REST, anonymous) on this server, whose
         operations' ``result()`` polls this server too (see poll_operations_with)."""
@@ -287,6 +291,12 @@ class LocalCompute(Service):
         with self._compute.lock:
             self._compute.expire_reservations()
             return copy.deepcopy(self._stored(name, zone))
+
+    def boot_image(self, name: str) -> str:
+        """The image VM ``name``'s boot disk was created from, as given at insert (a
+        Disk's sourceImage; the disks API is not served)."""
+        with self._compute.lock:
+            return self._compute.state.boot_images[name]
 
     def instances(self) -> list[JsonObject]:
         """Every instance, in every project and zone, ordered by project, zone and name."""

@@ -93,6 +93,9 @@ class ComputeState:
     reservations: ReservationBook = field(default_factory=ReservationBook)
     # Images, machine and accelerator types, quotas, networks: catalog.py.
     catalog: Catalog = field(default_factory=Catalog)
+    # Each VM's boot disk's image, as the Disk resource's sourceImage would say (the
+    # disks API itself is not served: initializeParams is input only on an instance).
+    boot_images: dict[str, str] = field(default_factory=dict)
 
 
 class _Admission(NamedTuple):
@@ -545,6 +548,9 @@ class FakeCompute:
             deletionProtection=body.get("deletionProtection", False),
             startRestricted=False,
         )
+        params = (body["disks"][0].get("initializeParams") or {}) if body["disks"] else {}
+        if params.get("sourceImage"):
+            self.state.boot_images[name] = str(params["sourceImage"])
         if not labels:
             instance.pop("labels", None)  # the API leaves out an empty map
         for accelerator in instance.get("guestAccelerators") or []:

@@ -85,9 +85,23 @@ def _concurrency(
 def _pool(config: Config, pool: Pool, view: Ec2View, clients: AwsClients) -> list[Finding]:
     label = shape.label(pool)
     read = quotas.quota_reader(clients("service-quotas", view.region))
+    named: list[Finding] = []
+    if shape.provider(pool).image_parameter is not None:
+        resolved: list[Pool] = []
+
+        def parameter() -> list[Finding]:
+            finding, with_ami = machines.image_parameter(pool, clients("ssm", view.region))
+            resolved.extend([with_ami] if with_ami is not None else [])
+            return [finding]
+
+        named = guarded("aws.image_parameter", f"{label}: SSM parameter", parameter)
+        if not resolved:
+            return named  # without its AMI, nothing of the machines can be checked
+        pool = resolved[0]
     image = guarded("aws.image", f"{label}: AMI", lambda: [machines.image(pool, view)])
     image_failed = any(f.status is Status.FAIL for f in image)
     found = [
+        *named,
         *image,
         *guarded("aws.offered", f"{label}: instance types", lambda: machines.offered(pool, view)),
         *guarded("aws.network", f"{label}: network", lambda: [network.network(pool, view)]),

@@ -2,11 +2,53 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from botocore.exceptions import ClientError
+
 from dynagent.cli.doctor.findings import Finding, fail, ok
 from dynagent.core.config import Pool
 
 from . import shape
 from .view import Ec2View
+
+
+def image_parameter(pool: Pool, ssm: Any) -> tuple[Finding, Pool | None]:
+    """The AMI an SSM parameter named by ``image_id: resolve:ssm:NAME`` holds now, and
+    the pool with it (None: it could not be read), as the functions resolve it."""
+    p = shape.provider(pool)
+    parameter = p.image_parameter
+    assert parameter is not None
+    what = f"{shape.label(pool)}: SSM parameter {parameter} in {p.region}"
+    try:
+        value = str(ssm.get_parameter(Name=parameter)["Parameter"]["Value"])
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if code in ("ParameterNotFound", "ParameterVersionNotFound"):
+            return fail(
+                "aws.image_parameter",
+                what,
+                "no such parameter in this region (parameters are regional)",
+                f"create it (aws ssm put-parameter --region {p.region} --name {parameter} "
+                "--type String --data-type aws:ec2:image --value ami-...), or set image_id "
+                "to an AMI id",
+            ), None
+        raise
+    if not value.startswith("ami-"):
+        return fail(
+            "aws.image_parameter",
+            what,
+            f"it holds {value[:80]!r}, not an AMI id",
+            "put an AMI id (ami-...) in it, or point image_id at another parameter",
+        ), None
+    resolved = p.model_copy(update={"image_id": value})
+    finding = ok(
+        "aws.image_parameter",
+        what,
+        f"names {value}; the functions read it at most once a minute, and agents of an "
+        "older AMI are replaced",
+    )
+    return finding, pool.model_copy(update={"provider": resolved})
 
 
 def image(pool: Pool, view: Ec2View) -> Finding:

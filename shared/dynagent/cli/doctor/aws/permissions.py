@@ -87,6 +87,10 @@ def needed(where: Where, pools: Iterable[Pool], agent_roles: Iterable[str]) -> l
     if any(shape.provider(p).offerings is not None for p in pools):
         probes += _fleets(where, pools)
     probes += [
+        Probe(f"read the image parameter {name}", ("ssm:GetParameter",), arn)
+        for name, arn in sorted({_parameter_arn(where, p) for p in pools} - {("", "")})
+    ]
+    probes += [
         Probe(
             "pass the agents' role to EC2",
             ("iam:PassRole",),
@@ -139,8 +143,24 @@ def _launching(where: Where, call: str, actions: tuple[str, ...], pools: list[Po
     return [*created, tagging, *used]
 
 
+def _parameter_arn(where: Where, pool: Pool) -> tuple[str, str]:
+    """(name, ARN) of the SSM parameter the pool's image_id names; ("", "") for an AMI.
+    AWS's public parameters (/aws/service/...) have no account in their ARN."""
+    name = shape.provider(pool).image_parameter
+    if name is None:
+        return "", ""
+    name = name.split(":", 1)[0]  # a version or label is no part of the ARN
+    account = "" if name.startswith("/aws/") else where.account
+    return name, f"arn:aws:ssm:{where.region}:{account}:parameter/{name.lstrip('/')}"
+
+
 def _inputs(where: Where, pools: list[Pool]) -> list[str]:
-    arns = {where.arn("image", shape.provider(p).image_id, account="") for p in pools}
+    # An image an SSM parameter names is checked as its parameter: its AMI may change.
+    arns = {
+        where.arn("image", shape.provider(p).image_id, account="")
+        for p in pools
+        if shape.provider(p).image_parameter is None
+    }
     for pool in pools:
         arns.update(where.arn("subnet", s) for s in shape.subnet_ids(pool))
         group = shape.provider(pool).network_interface.security_group_id
