@@ -183,6 +183,8 @@ class Rig:
         self.functions = self.new_functions()
         self.delivery = Delivery()
         self._dedup = 0
+        # Batches a second invocation was handed at once too (R8's concurrency).
+        self.twins = 0
 
     def client(self, service: str, clock: VirtualClock | None = None, **config: Any) -> Any:
         boto = RETRIES.merge(BotoConfig(**config)) if config else RETRIES
@@ -260,7 +262,7 @@ class Rig:
         dedup = item.dedup_id if copy == 0 else f"{item.dedup_id}:copy{copy}"
         return self.send(item.to_json(), item.pool, dedup)
 
-    def deliver(self, functions: AwsFunctions | None = None) -> list[str]:
+    def deliver(self, functions: Any = None) -> list[str]:
         """One batch of up to 10 (Lambda's batch size) to the reconcile function, as the
         event source does it: delete what succeeded; what failed comes back after the
         function's retry delay, which passes on the virtual clock. Returns the message ids

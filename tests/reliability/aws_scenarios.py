@@ -24,9 +24,12 @@ from typing import Any
 import yaml
 
 from dynagent.aws.tags import MARK_TAGS, POOL_TAG, format_time
+from dynagent.core.drain_notices import parse_notice
 from dynagent.core.fleet import Mark
+from dynagent.core.snapshot import Agent
 from dynagent.testing.aws.event_source import LambdaContext, sqs_event
 from dynagent.testing.aws.local_aws import LocalAws
+from tests import builders
 from tests.reliability.aws_rig import (
     REGION,
     TAG_KEY,
@@ -773,6 +776,147 @@ def _run_instances(rig: Rig, count: int, tags: list[tuple[str, str]]) -> list[st
     return [i["InstanceId"] for i in response["Instances"]]
 
 
+# -- R8 -------------------------------------------------------------------------------
+
+R8_OLD, R8_NEW = "determinedai/determined-agent:0.38.0", "determinedai/determined-agent:0.39.0"
+# After the upgrade, the minute each busy agent's task ends (a, b: of the old image; d:
+# lost a GPU, registered 7 of its 8). c is idle, kept by min_instances.
+R8_ENDS = {"a": 3, "b": 6, "d": 4}
+R8_MINUTES = 10
+
+
+def r8_drift_and_repair(clouds: Clouds, mode: Mode) -> Figures:
+    # A batch a minute (delivered twice, once concurrently), a sweep, their describes and
+    # terminates, the drain-notice sends, each throttled call retried: some 40 calls.
+    figures = Figures("R8 drift and repair", "aws", limits={"calls_per_minute": 120})
+    for run in range(2 if mode.long else 1):
+        clean = _r8_run(clouds, inject=False, run=run)
+        faulty = _r8_run(clouds, inject=mode.inject, run=run)
+        figures.runs += 1
+        figures.launches_expected += clean["launches"]
+        figures.launches_made += faulty["launches"]
+        figures.leaked += faulty["old_left"] + max(0, faulty["live"] - clean["live"])
+        figures.touched += faulty["busy_killed"]
+        figures.lost += faulty["lost"]
+        figures.faults += faulty["faults"]
+        _escaped(figures, faulty["escaped"])
+        figures.converge_passes = max(figures.converge_passes, faulty["passes"])
+        figures.converge_seconds = max(figures.converge_seconds, faulty["seconds"])
+        figures.calls_per_minute = max(figures.calls_per_minute or 0, faulty["rate"])
+        figures.extra["drained"] = figures.extra.get("drained", 0) + faulty["drained"]
+    return figures
+
+
+def _r8_run(clouds: Clouds, inject: bool, run: int) -> dict[str, Any]:
+    """Four agents of the old agent image (two busy, one idle kept by min_instances, one
+    busy that lost a GPU) when the pool moves to the new image. The bridge is played
+    here: it drains what the notices name, and reports those agents retired. With
+    ``inject``: every snapshot twice (a resend past the deduplication window), a second
+    invocation on the same batch at once, and EC2 throttling every 5th call."""
+    aws = clouds.aws()
+    image = aws.image_id()
+    fields = {"min_instances": 1, "max_instances": 6}
+    rig = Rig(aws, pool_config(pool("a100", image, agent_docker_image=R8_OLD, **fields)))
+    notices = rig.sqs.create_queue(QueueName="drain-notices")["QueueUrl"]
+    rig.publish(snapshot("a100", 1, rig.clock.now(), [(f"t{n}", 8) for n in range(4)]))
+    rig.drain()
+    a, b, c, d = sorted(i["InstanceId"] for i in rig.live("a100"))
+    rig.config = pool_config(pool("a100", image, agent_docker_image=R8_NEW, **fields))
+    rig.functions = rig.new_functions()
+    rig.functions.drain_notice_queue_url = notices
+    ends = {a: R8_ENDS["a"], b: R8_ENDS["b"], d: R8_ENDS["d"]}
+    slots = {a: 8, b: 8, c: 8, d: 7}
+    old = {a, b, c, d}
+    drained: set[str] = set()
+    before = rig.resources()
+    if inject:
+        aws.inject_errors("RequestLimitExceeded", every=5, status=503)
+    aws.clear_calls()
+    converge = Convergence(rig.clock)
+    busy_killed, duplicates = 0, 0
+    for minute in range(1, R8_MINUTES + 1):
+        rig.clock.advance(minutes=1)
+        live = {i["InstanceId"] for i in rig.live("a100")}
+        busy = {i for i, end in ends.items() if minute < end}
+        agents = [
+            Agent(
+                id=i,
+                slots=slots.get(i, 8),
+                used_slots=slots.get(i, 8) if i in busy else 0,
+                enabled=i not in drained,
+                draining=i in drained,
+                retired=i in drained,
+            )
+            for i in sorted(live)
+        ]
+        item = builders.snapshot(
+            pool_name="a100", seq=minute + 1, time=rig.clock.now(), agents=agents
+        )
+        rig.publish(item)
+        if inject:
+            rig.publish(item, copy=1)
+            duplicates += 1
+        while rig.deliver(_twin(rig) if inject else None):
+            pass
+        rig.functions.sweep()
+        for message in _received(rig, notices):
+            drained.update(n.agent_id for n in parse_notice(message)[1])
+        gone = live - {i["InstanceId"] for i in rig.live("a100")}
+        busy_killed += len(gone & busy)
+        converge.see(sorted(i["InstanceId"] for i in rig.live("a100")), passes=2)
+    served = aws.faults_served()
+    rate = rig.calls_per_minute()
+    aws.clear_wire_faults()
+    left = {i["InstanceId"] for i in rig.live("a100")}
+    return {
+        "launches": rig.launches_since(before),
+        "live": len(left),
+        "old_left": len(left & old),
+        "busy_killed": busy_killed,
+        "drained": len(drained),
+        "lost": sum(reason is None for reason in rig.dead_lettered().values()),
+        "faults": sum(served.values()) + duplicates + (rig.twins if inject else 0),
+        "escaped": len(rig.delivery.escaped),
+        "passes": converge.settled_passes,
+        "seconds": converge.settled_seconds,
+        "rate": rate,
+    }
+
+
+def _twin(rig: Rig) -> Any:
+    """The rig's functions, with each batch handed at once to a second invocation too,
+    as a redelivery after a visibility timeout does; each its own functions object."""
+    twin = rig.new_functions()
+    twin.drain_notice_queue_url = rig.functions.drain_notice_queue_url
+
+    class Both:
+        def reconcile_batch(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+            other = threading.Thread(target=twin.reconcile_batch, args=(event, context))
+            other.start()
+            result = rig.functions.reconcile_batch(event, context)
+            other.join()
+            rig.twins += 1
+            return result
+
+    return Both()
+
+
+def _received(rig: Rig, queue: str) -> list[str]:
+    """The drain notices queued, read once, as the bridge reads them."""
+    bodies: list[str] = []
+    while messages := rig.sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get(
+        "Messages", []
+    ):
+        bodies += [m["Body"] for m in messages]
+        rig.sqs.delete_message_batch(
+            QueueUrl=queue,
+            Entries=[
+                {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(messages)
+            ],
+        )
+    return bodies
+
+
 def _escaped(figures: Figures, count: int) -> None:
     """Exceptions out of the handler: Lambda retries the whole batch, so nothing is lost,
     but every record of it, applied or not, runs again; the handler must not raise."""
@@ -788,4 +932,5 @@ SCENARIOS: dict[str, Scenario] = {
     "R5 leftovers": r5_leftovers,
     "R6 cloud faults": r6_cloud_faults,
     "R7 scale": r7_scale,
+    "R8 drift and repair": r8_drift_and_repair,
 }

@@ -16,8 +16,11 @@ from typing import Any
 
 from google.cloud import compute_v1
 
+from dynagent.bridge.drain_notices import PubSubDrainNotices
 from dynagent.core.decide import decide
+from dynagent.core.snapshot import Agent
 from dynagent.gcp.compute import GceProvider
+from tests import builders
 from tests.reliability.clouds import Clouds
 from tests.reliability.figures import Figures, Mode, Scenario
 from tests.reliability.gcp_rig import (
@@ -445,6 +448,95 @@ def r6_cloud_faults(clouds: Clouds, mode: Mode) -> Figures:
     return figures
 
 
+# R8: upgrade day on a pool of four agents of the old agent image.
+R8_POOL = "p1"
+R8_OLD, R8_NEW = "determinedai/determined-agent:0.38.0", "determinedai/determined-agent:0.39.0"
+# The minute each busy agent's task ends: a and b of the old image, d lost a GPU
+# (registered 3 of its 4); c is idle, kept by min_instances.
+R8_ENDS = {"a": 3, "b": 6, "d": 4}
+R8_MINUTES = 10
+
+
+def r8_drift_and_repair(clouds: Clouds, mode: Mode) -> Figures:
+    """The pool moves to a new agent image while three of its four agents are busy (one
+    of them lost a GPU) and the fourth idle is kept by min_instances. The bridge is
+    played here: it drains the agents the functions' notices (on a Pub/Sub topic) name,
+    and reports them retired. Faults: each snapshot's first ack lost (delivered again)
+    and the snapshot re-published, and Compute answering 429 every 7th call. No busy
+    agent goes, every old one does, and only the idle one's replacement is launched."""
+    figures = Figures("R8 drift and repair", "gcp")
+    fields = {"min_instances": 1, "max_instances": 6}
+    for _ in range(2 if mode.long else 1):
+        old = config(gcp_pool_document(R8_POOL, agent_docker_image=R8_OLD, **fields))
+        with Rig(clouds.compute(), clouds.pubsub(), old) as rig:
+            tasks = [(f"task-{i}", GPUS) for i in range(4)]
+            rig.publish(snapshot(1, pool=R8_POOL, pending=tasks, time=rig.clock.now()))
+            rig.deliver()
+            a, b, c, d = sorted(vm["name"] for vm in rig.live(R8_POOL))
+            new = config(gcp_pool_document(R8_POOL, agent_docker_image=R8_NEW, **fields))
+            rig.functions.config = new.for_cloud("gcp")
+            topic = rig.emulator.topic_path(f"drain-{rig.topic.rsplit('-', 1)[1]}")
+            subscription = rig.emulator.subscription_path(f"bridge-{rig.topic.rsplit('-', 1)[1]}")
+            rig.publisher.create_topic(name=topic)
+            rig.subscriber.create_subscription(request={"name": subscription, "topic": topic})
+            rig.functions.drain_notice_topic = topic
+            reader = PubSubDrainNotices(rig.subscriber, subscription, rig.log)
+            ends = {a: R8_ENDS["a"], b: R8_ENDS["b"], d: R8_ENDS["d"]}
+            slots = {d: GPUS - 1}
+            drained: set[str] = set()
+            created = len(_ours(rig))
+            if mode.inject:
+                rig.compute.fail_calls(429, every=7)
+            busy_killed, republished = 0, 0
+            old_agents = {a, b, c, d}
+            rig.goal = lambda rig=rig, old_agents=old_agents: (
+                not old_agents & {v["name"] for v in rig.live(R8_POOL)}
+            )
+            for minute in range(1, R8_MINUTES + 1):
+                rig.clock.sleep(60)
+                live = {vm["name"] for vm in rig.live(R8_POOL)}
+                busy = {name for name, end in ends.items() if minute < end}
+                agents = [
+                    Agent(
+                        id=name,
+                        slots=slots.get(name, GPUS),
+                        used_slots=slots.get(name, GPUS) if name in busy else 0,
+                        enabled=name not in drained,
+                        draining=name in drained,
+                        retired=name in drained,
+                    )
+                    for name in sorted(live)
+                ]
+                item = builders.snapshot(
+                    pool_name=R8_POOL, seq=minute + 1, time=rig.clock.now(), agents=agents
+                )
+                rig.publish(item)
+                if mode.inject:
+                    rig.publish(item)
+                    republished += 1
+                rig.deliver(lose_first_ack=mode.inject)
+                rig.sweep()
+                drained.update(notice.agent_id for _, notice in reader.receive())
+                busy_killed += len((live - {v["name"] for v in rig.live(R8_POOL)}) & busy)
+            rig.subscriber.delete_subscription(subscription=subscription)
+            rig.publisher.delete_topic(topic=topic)
+            rig.read_dead_letters()
+            left = {vm["name"] for vm in rig.live(R8_POOL)}
+            figures.runs += 1
+            figures.launches_expected += 1  # the idle min_instances agent's replacement
+            figures.launches_made += len(_ours(rig)) - created
+            figures.leaked += len(left & old_agents) + max(0, len(left) - 1)
+            figures.touched += busy_killed
+            figures.lost += rig.lost()
+            redelivered = sum(m.deliveries - 1 for m in rig.messages.values())
+            faults = rig.compute.faults_served() + redelivered + republished
+            figures.faults += faults if mode.inject else 0
+            figures.extra["drained"] = figures.extra.get("drained", 0) + len(drained)
+            _note_converge(figures, rig)
+            _note_escapes(figures, rig)
+    return figures
+
+
 def _note_converge(figures: Figures, rig: Rig) -> None:
     passes, seconds = rig.converge()
     figures.converge_passes = max(figures.converge_passes, passes)
@@ -463,4 +555,5 @@ SCENARIOS: dict[str, Scenario] = {
     "R4 foreign and busy": r4_foreign_and_busy,
     "R6 cloud faults": r6_cloud_faults,
     "Spot preempted": r5_preempted,
+    "R8 drift and repair": r8_drift_and_repair,
 }
