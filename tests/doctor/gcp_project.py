@@ -102,6 +102,6 @@ def well_formed(compute: LocalCompute, topics: LocalPubSubTopics, iam: LocalGcpI
     )
     iam.grant(functions, account_resource(AGENTS), [ACT_AS])
     client = topics.client()
-    for topic in ("snapshots", "sweep", "dead-letters"):
+    for topic in ("snapshots", "sweep", "dead-letters", "drain-notices"):
         client.create_topic(name=f"projects/{PROJECT}/topics/{NAME}-{topic}")
     return Project(compute, topics, iam)

@@ -42,7 +42,7 @@ def test_a_well_formed_project_passes_every_check(project: Project) -> None:
     checks = [f.check for f in findings]
     # Three pools: image, machines (a100 has two), quotas, network each; then the account.
     assert checks.count("gcp.image") == 3 and checks.count("gcp.machine_type") == 4
-    assert checks.count("gcp.network") == 3 and checks.count("gcp.topic") == 3
+    assert checks.count("gcp.network") == 3 and checks.count("gcp.topic") == 4
     assert checks.count("gcp.permissions") == 1 and checks.count("gcp.act_as") == 1
     quotas = [f.what for f in findings if f.check == "gcp.quota"]
     assert quotas == [

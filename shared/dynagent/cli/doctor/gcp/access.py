@@ -33,11 +33,14 @@ PERMISSIONS = (
     "compute.instances.setMetadata",
     "compute.disks.create",
     "compute.images.useReadOnly",
+    "compute.images.get",
     "compute.subnetworks.use",
     "compute.zoneOperations.get",
 )
 ACT_AS = "iam.serviceAccounts.actAs"
-TOPICS = ("snapshots", "sweep", "dead-letters")
+# The deployment's topics (deploy.sh): snapshots in, the sweep's schedule, set-aside
+# messages, and the drain notices the bridge reads.
+TOPICS = ("snapshots", "sweep", "dead-letters", "drain-notices")
 
 
 def function_account(project: str, name: str) -> str:
