@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
+
 from dynagent.core.boot.drift import boot_config, boot_parts
 from dynagent.core.config import Pool
 from dynagent.core.decide import decide
@@ -168,3 +170,12 @@ def test_several_pools_each_judge_their_own_agents() -> None:
         NOW,
     )
     assert mine.terminations == () and terminated(theirs) == {"i-9": "drifted"}
+
+
+def test_the_budget_is_a_number_or_a_share_and_says_how_when_neither() -> None:
+    assert pool(drift_budget="25%").provider.drift_budget_of(10) == 2
+    assert pool(drift_budget="3").provider.drift_budget_of(100) == 3  # as --sweep writes it
+    assert pool(drift_budget="1%").provider.drift_budget_of(10) == 1  # at least one
+    for bad in (0, "0%", "x%", "150%", True):
+        with pytest.raises(ValueError, match=r"a number of agents \(like 2\) or a share"):
+            pool(drift_budget=bad)

@@ -107,6 +107,8 @@ def _count_or_share(value: Any) -> Any:
         if not 0 < share <= 100:
             raise ValueError(f"{value!r} is not a share from above 0% to 100%: {how}")
         return value.strip()
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)  # as --sweep writes it
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{value!r} is neither a number nor a share: {how}")
     if value < 1:
