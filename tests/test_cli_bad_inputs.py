@@ -109,6 +109,12 @@ ROWS = {
     "validate: a GCP reservation that is no name": row(
         "validate {bad_gcp_reservation}", "provider.reservations", "'R_1'", "projects/PROJECT"
     ),
+    "validate: a duration longer than Go's": row(
+        "validate {endless}", "{endless}", "provider.max_idle_agent_period", "2562047h"
+    ),
+    "validate: a drift budget of none": row(
+        "validate {no_budget}", "provider.drift_budget", "'0%'", "like 10%"
+    ),
     "validate: no argument": row("validate", "one of the arguments config --config is required"),
     "validate --config: a bad field": row(
         "validate --config {bad_field}", "{bad_field}", "pool 'gpu'", "provider.max_instances"
@@ -211,6 +217,14 @@ ROWS = {
         "--reservation of p4d.24xlarge",
         "pool 'gpu' does not buy that type (it buys g5.2xlarge)",
     ),
+    "simulate: a boot longer than Go's durations": row(
+        "simulate {trace} --registered-after 999999999999h", "--registered-after", "2562047h"
+    ),
+    "simulate: an outage longer than Go's durations": row(
+        "simulate {trace} --config {aws} --unavailable g5.2xlarge=0h-999999999999h",
+        "--unavailable",
+        "2562047h",
+    ),
     "simulate: no config file": row(
         "simulate {trace} --config {missing}", "{missing}", "No such file"
     ),
@@ -240,6 +254,10 @@ ROWS = {
         "nor a Pub/Sub subscription (projects/PROJECT/subscriptions/NAME)",
     ),
     "trace: no master": row("trace --since 30d --out {trace_out}", "--master is required"),
+    "trace: a --since before the year 1": row(
+        "trace --master http://m:8080 --since 999999999999d --out {trace_out}",
+        "--since '999999999999d' reaches back before the year 1",
+    ),
     "trace: a bad --since": row(
         "trace --master http://m:8080 --since 30x --out {trace_out}",
         "--since '30x' is not a duration",
@@ -335,6 +353,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     misspelt = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "max_instanecs": 2}}
     one_level_off = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "subnet_id": "subnet-1"}}
     pool_level = {**AWS_POOL, "max_instances": 2}
+    endless = {
+        **AWS_POOL,
+        "provider": {**AWS_POOL["provider"], "max_idle_agent_period": "999999999999h"},
+    }
+    no_budget = {**AWS_POOL, "provider": {**AWS_POOL["provider"], "drift_budget": "0%"}}
 
     def warm(**fields: Any) -> dict[str, Any]:
         return {**AWS_POOL, "provider": {**AWS_POOL["provider"], "warm_pool": fields}}
@@ -350,6 +373,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "misspelt": write_yaml(folder / "misspelt.yaml", misspelt),
         "one_level_off": write_yaml(folder / "one-level-off.yaml", one_level_off),
         "pool_level": write_yaml(folder / "pool-level.yaml", pool_level),
+        "endless": write_yaml(folder / "endless.yaml", endless),
+        "no_budget": write_yaml(folder / "no-budget.yaml", no_budget),
         "warm": write_yaml(folder / "warm.yaml", warm(max_stopped=2)),
         "warm_no_period": write_yaml(
             folder / "warm-no-period.yaml", warm(max_stopped=2, max_stopped_period="0s")

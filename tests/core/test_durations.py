@@ -66,3 +66,11 @@ def test_formats_the_shortest_text(value: timedelta, expected: str) -> None:
 @pytest.mark.parametrize("text", ["30s", "5m", "1m30s", "1h", "1h20m", "2h1s"])
 def test_format_round_trips(text: str) -> None:
     assert format_duration(parse_duration(text)) == text
+
+
+def test_the_longest_duration_is_go_s_and_a_longer_one_is_refused_in_words() -> None:
+    # Go's int64 of nanoseconds: 2562047h47m16.854775807s; ParseDuration refuses more.
+    assert parse_duration("2562047h47m16s") == timedelta(hours=2562047, minutes=47, seconds=16)
+    for text in ("2562048h", "999999999999h", "9" * 30 + "s"):
+        with pytest.raises(ValueError, match="longer than the longest duration"):
+            parse_duration(text)

@@ -148,7 +148,12 @@ def period_start(since: str, until: datetime) -> datetime:
     if "T" in text or text.count("-") >= 2:
         start = parse_time(text, "--since")
     else:
-        start = until - _duration(text)
+        try:
+            start = until - _duration(text)
+        except OverflowError:
+            raise ValueError(
+                f"--since {since!r} reaches back before the year 1: write a shorter period"
+            ) from None
     if start >= until:
         raise ValueError(f"--since {since!r} is not before --until {_query_time(until)}")
     return start

@@ -20,6 +20,9 @@ _UNIT_SECONDS = {
 # One part: a decimal number (digits on at least one side of the point), then a unit.
 _PART = re.compile(r"(\d+\.?\d*|\.\d+)([^\d.]*)")
 HOW_TO_WRITE = "write it with a unit, like 10s, 10m or 1m30s"
+# Go's longest duration: an int64 of nanoseconds, 2562047h47m16.854775807s (about 292
+# years); ParseDuration refuses a longer one as invalid, and so does Determined.
+LONGEST_SECONDS = (2**63 - 1) / 1e9
 
 
 def parse_duration(text: str) -> timedelta:
@@ -42,6 +45,11 @@ def parse_duration(text: str) -> timedelta:
             raise ValueError(f"{text!r} is not a duration: {HOW_TO_WRITE}")
         total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
         position = match.end()
+    if total > LONGEST_SECONDS:
+        raise ValueError(
+            f"{text!r} is longer than the longest duration Determined reads (2562047h, "
+            "about 292 years): write a shorter one"
+        )
     return timedelta(seconds=sign * total)
 
 

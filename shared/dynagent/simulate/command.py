@@ -279,14 +279,14 @@ def run_options(args: argparse.Namespace) -> RunOptions:
     from dynagent.simulate.run import RunOptions
 
     boot = BootModel(
-        running_after=_seconds(args.running_after),
-        registered_after=_seconds(args.registered_after),
-        started_after=_seconds(args.started_after),
-        jitter=_seconds(args.boot_jitter),
+        running_after=_seconds(args.running_after, "--running-after"),
+        registered_after=_seconds(args.registered_after, "--registered-after"),
+        started_after=_seconds(args.started_after, "--started-after"),
+        jitter=_seconds(args.boot_jitter, "--boot-jitter"),
         seed=args.seed,
-        per_gpu=_seconds(args.boot_per_gpu),
+        per_gpu=_seconds(args.boot_per_gpu, "--boot-per-gpu"),
     )
-    heartbeat = _seconds(args.heartbeat)
+    heartbeat = _seconds(args.heartbeat, "--heartbeat")
     if heartbeat <= 0:
         raise ValueError("--heartbeat must be at least 1s")
     return RunOptions(
@@ -298,12 +298,16 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         price=args.price,
         interruption_rate=args.interruption_rate,
         fitting_policy=args.fitting_policy,
-        upgrade_at=None if args.upgrade_at is None else _seconds(args.upgrade_at),
+        upgrade_at=None if args.upgrade_at is None else _seconds(args.upgrade_at, "--upgrade-at"),
     )
 
 
-def _seconds(text: str) -> int:
-    return round(parse_duration(text).total_seconds())
+def _seconds(text: str, flag: str) -> int:
+    """Whole seconds of a flag's duration; a ValueError that names the flag."""
+    try:
+        return round(parse_duration(text).total_seconds())
+    except ValueError as error:
+        raise ValueError(f"{flag}: {error}") from None
 
 
 def _progress(args: argparse.Namespace) -> ProgressFactory | None:
