@@ -123,7 +123,9 @@ ROWS = {
         "validate {not_text}", "{not_text}", "not a text file", "give the pools file"
     ),
     "status: a file that is not text": row("status --config {not_text}", "{not_text}", "not UTF-8"),
-    "master-config: no --config": row("master-config", "required: --config"),
+    "master-config: no config": row(
+        "master-config", "one of the arguments config --config is required"
+    ),
     "master-config: max_instances 0": row(
         "master-config --config {zero_max}", "pool 'gpu'", "max_instances is 0"
     ),
@@ -228,7 +230,10 @@ ROWS = {
     "simulate: no config file": row(
         "simulate {trace} --config {missing}", "{missing}", "No such file"
     ),
-    "doctor: no --config": row("doctor", "required: --config"),
+    "doctor: no config": row("doctor", "one of the arguments config --config is required"),
+    "plan: the config twice": row(
+        "plan {aws} --config {aws}", "argument --config: not allowed with argument config"
+    ),
     "doctor: an unknown pool": row("doctor --config {aws} --pool a100", "pool 'a100'", "gpu"),
     "bridge: no master": row("bridge --config {aws} --print", "--master is required"),
     "bridge: no --to or --print": row(

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.core.boot.master import master_address
 from dynagent.core.config import Config
 from dynagent.core.snapshot import Snapshot
@@ -29,7 +30,7 @@ def add_parser(commands: Any) -> None:
         "DET_PASS, or --token-file.",
     )
     add_master_options(bridge)
-    bridge.add_argument("--config", required=True, help="the pool config the functions use")
+    add_config(bridge, "the pool config the functions use")
     target = bridge.add_mutually_exclusive_group(required=True)
     target.add_argument("--to", metavar="DESTINATION", help="SQS FIFO queue URL or Pub/Sub topic")
     target.add_argument("--print", action="store_true", help="snapshots as JSON lines on stdout")
@@ -150,12 +151,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     master = master_client(args)
-    config = load_config(args.config)
+    config = load_config(chosen_config(args))
     sink = _Printer() if args.print else publisher_for(args.to, args.region)
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
     )
-    bridge = Bridge(config, master, sink, config_file=args.config)
+    bridge = Bridge(config, master, sink, config_file=chosen_config(args))
     if args.drain_notices:
         bridge.drain_notices = drain_notices_from(args.drain_notices, args.region)
     unresolved = _alias_pools(config) if not args.master_host else []

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from dynagent.bridge import command as bridge_command
 from dynagent.bridge import trace as trace_command
 from dynagent.cli import plan_command, status_command
+from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.cli.doctor import command as doctor_command
 from dynagent.cli.errors import explain, reaching
 from dynagent.core.boot.master import master_address
@@ -78,17 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         "pool: its machines and slots, bounds and periods, what it may buy at what price, "
         "and what deserves a second look. An error names the pool and field.",
     )
-    # Every other command takes --config; validate also keeps its first form.
-    config_file = validate.add_mutually_exclusive_group(required=True)
-    config_file.add_argument(
-        "config_file",
-        nargs="?",
-        metavar="config",
-        help="YAML with resource_pools (Determined master.yaml form)",
-    )
-    config_file.add_argument(
-        "--config", dest="config", help="the same, as the other commands take it"
-    )
+    add_config(validate, "YAML with resource_pools (Determined master.yaml form)")
     validate.set_defaults(run=_validate)
 
     master = commands.add_parser(
@@ -98,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         "pool dynagent scales gets a provider for admission only (the slots of its largest "
         "machine, its max_instances) that the master's provisioner can never act on.",
     )
-    master.add_argument("--config", required=True, help="dynagent's pool config")
+    add_config(master, "dynagent's pool config")
     master.set_defaults(run=_master_config)
 
     publish = commands.add_parser(
@@ -161,7 +152,7 @@ def _version() -> str:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    config = load_config(args.config or args.config_file)
+    config = load_config(chosen_config(args))
     for line in describe_config(config):
         print(line)
     return 0
@@ -170,7 +161,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _master_config(args: argparse.Namespace) -> int:
     from dynagent.files.master_config import master_config
 
-    print(master_config(args.config), end="")
+    print(master_config(chosen_config(args)), end="")
     return 0
 
 

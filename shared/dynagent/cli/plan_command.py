@@ -14,6 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.cli.errors import CommandError
 from dynagent.core.config import Config, Pool
 from dynagent.core.snapshot import InvalidSnapshot, Snapshot
@@ -31,7 +32,7 @@ def add_parser(commands: Any) -> None:
         "snapshot given, or with none (as the sweep). Nothing is changed. A snapshot the "
         "functions would refuse or skip gets a warning saying why.",
     )
-    plan.add_argument("--config", required=True, help="the pool config the functions use")
+    add_config(plan, "the pool config the functions use")
     plan.add_argument("--pool", help="pool name (default: the snapshot's, or the only pool)")
     plan.add_argument("--snapshot", help="a snapshot JSON file to decide on (default: none)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from dynagent.core.decide import decide
 
     out = out or sys.stdout
-    config = load_config(args.config)
+    config = load_config(chosen_config(args))
     snapshot = load_snapshot(args.snapshot) if args.snapshot else None
     pool = chosen_pool(config, args.pool, snapshot)
     now = datetime.now(UTC)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
+from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.cli.errors import EXIT_FAILURE, CommandError, reaching
 from dynagent.core.config import Config, Pool
 from dynagent.core.fleet import Fleet
@@ -199,7 +200,7 @@ def add_parser(commands: Any) -> None:
         "cloud's credentials only; a pool whose cloud cannot be read is named, with why, "
         "and skipped (the exit status is then 1).",
     )
-    status.add_argument("--config", required=True, help="the pool config the functions use")
+    add_config(status, "the pool config the functions use")
     which = status.add_mutually_exclusive_group()
     which.add_argument("--pool", help="one pool (default: every pool of the config)")
     which.add_argument(
@@ -221,12 +222,12 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    config = load_config(args.config)
+    config = load_config(chosen_config(args))
     pools = [config.pool(args.pool)] if args.pool else list(config.pools.values())
     if args.cloud:
         pools = [pool for pool in pools if pool.provider.type == args.cloud]
         if not pools:
-            raise ValueError(f"{args.config}: no {args.cloud} pool")
+            raise ValueError(f"{chosen_config(args)}: no {args.cloud} pool")
     sources, unavailable = sources_from_environment(
         config, {pool.provider.type for pool in pools}, args.queue, args.topic
     )

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.cli.errors import EXIT_FAILURE, CommandError, reaching
 from dynagent.core.config import Config, Pool
 from dynagent.files.config import load_config
@@ -31,7 +32,7 @@ def add_parser(commands: Any) -> None:
         "and the deployed functions' permissions and queues or topics. One line per check; "
         "exits 1 if any failed.",
     )
-    doctor.add_argument("--config", required=True, help="dynagent's pool config (YAML)")
+    add_config(doctor, "dynagent's pool config (YAML)")
     doctor.add_argument("--pool", help="check one pool (default: every pool)")
     doctor.add_argument(
         "--stack", help="AWS: the deployed stack's name, to check its roles and queues"
@@ -53,7 +54,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    config = load_config(args.config)
+    config = load_config(chosen_config(args))
     pools = [config.pool(args.pool)] if args.pool else list(config.pools.values())
     findings, skipped = examine(config, pools, args.stack, args.project, args.name)
     if args.json:
