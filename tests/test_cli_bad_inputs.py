@@ -90,6 +90,10 @@ ROWS = {
     "unknown command": row("launch", "invalid choice: 'launch'"),
     "validate: no file": row("validate {missing}", "{missing}", "No such file"),
     "validate: not YAML": row("validate {not_yaml}", "{not_yaml}", "not valid YAML"),
+    "validate: a key given twice": row(
+        "validate {twice}", "{twice}", "line 7", "'instance_type' is given twice (first on line 6)"
+    ),
+    "validate: a tab": row("validate {tab}", "{tab}", "line 2, column 1", "'\\t'"),
     "validate: a bad field": row(
         "validate {bad_field}", "{bad_field}", "pool 'gpu'", "provider.max_instances"
     ),
@@ -342,6 +346,11 @@ def write_yaml(path: Path, *pools: dict[str, Any]) -> str:
     return str(path)
 
 
+def _text(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The files the rows name, good and bad, and a port nothing listens on."""
@@ -385,6 +394,13 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             folder / "warm-no-period.yaml", warm(max_stopped=2, max_stopped_period="0s")
         ),
         "warm_negative": write_yaml(folder / "warm-negative.yaml", warm(max_stopped=-1)),
+        "twice": _text(
+            folder / "twice.yaml",
+            "resource_pools:\n  - pool_name: gpu\n    provider:\n      type: aws\n"
+            "      region: us-west-2\n      instance_type: g5.2xlarge\n"
+            "      instance_type: g5.4xlarge\n",
+        ),
+        "tab": _text(folder / "tab.yaml", "resource_pools:\n\t- pool_name: gpu\n"),
         "missing": str(folder / "missing.yaml"),
         "trace_out": str(folder / "mine.csv"),
     }

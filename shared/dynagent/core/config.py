@@ -127,15 +127,48 @@ def parse_config(
     return config_from_document(parse_document(text, source), source, environ)
 
 
+class _DuplicateKey(yaml.MarkedYAMLError):
+    """A mapping that names a key twice."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping, as Determined's
+    loader (go-yaml) refuses it: PyYAML would keep the last silently."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                first = seen[key].start_mark.line + 1
+                raise _DuplicateKey(
+                    problem=f"{key!r} is given twice (first on line {first}): keep one",
+                    problem_mark=key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_document(text: str, source: str = "<config>") -> dict[str, Any]:
     """The YAML document of a config file: a mapping."""
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no objects
     except yaml.YAMLError as error:
-        raise ConfigError(f"{source}: not valid YAML: {error}") from None
+        raise ConfigError(f"{source}: {_yaml_problem(error)}") from None
     if not isinstance(document, dict):
         raise ConfigError(f"{source}: expected a mapping with resource_pools")
     return document
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """What YAML found wrong, and where in the file: no "<unicode string>"."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}"
+        if isinstance(error, _DuplicateKey):
+            return f"{where}: {error.problem}"
+        return f"{where}: not valid YAML: {error.problem}"
+    return f"not valid YAML: {error}"
 
 
 def config_from_document(
