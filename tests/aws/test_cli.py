@@ -201,8 +201,8 @@ def test_plan_warns_of_a_snapshot_the_functions_would_not_apply(
 )
 def test_every_command_that_reads_the_config_takes_it_first_or_as_config(command: str) -> None:
     # Both forms parse alike: the file named first on the line, or after --config.
-    from dynagent.cli.config_argument import chosen_config
     from dynagent.cli.main import _parser
+    from dynagent.files.config_argument import chosen_config
 
     first = _parser().parse_args([*command.split(), "pools.yaml"])
     flagged = _parser().parse_args([*command.split(), "--config", "pools.yaml"])

@@ -12,11 +12,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.core.boot.master import master_address
 from dynagent.core.config import Config
 from dynagent.core.snapshot import Snapshot
 from dynagent.files.config import load_config
+from dynagent.files.config_argument import add_config, chosen_config
 
 from .client import Credentials, MasterClient
 

@@ -12,7 +12,6 @@ from importlib.metadata import PackageNotFoundError, version
 from dynagent.bridge import command as bridge_command
 from dynagent.bridge import trace as trace_command
 from dynagent.cli import plan_command, status_command
-from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.cli.doctor import command as doctor_command
 from dynagent.cli.errors import explain, reaching
 from dynagent.core.boot.master import master_address
@@ -25,6 +24,7 @@ from dynagent.core.offerings import Catalog
 from dynagent.core.prices import AWS_PRICES_REGION, GCE_PRICES_REGION
 from dynagent.core.snapshot import InvalidSnapshot, Snapshot, parse_snapshot
 from dynagent.files.config import load_config
+from dynagent.files.config_argument import add_config, chosen_config
 from dynagent.files.snapshot import load_snapshot
 from dynagent.simulate import command as simulate_command
 

@@ -14,11 +14,11 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.cli.errors import CommandError
 from dynagent.core.config import Config, Pool
 from dynagent.core.snapshot import InvalidSnapshot, Snapshot
 from dynagent.files.config import load_config
+from dynagent.files.config_argument import add_config, chosen_config
 from dynagent.files.snapshot import load_snapshot
 from dynagent.run.reconcile import check_snapshot
 

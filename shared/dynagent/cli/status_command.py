@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
-from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.cli.errors import EXIT_FAILURE, CommandError, reaching
 from dynagent.core.config import Config, Pool
 from dynagent.core.fleet import Fleet
 from dynagent.files.config import load_config
+from dynagent.files.config_argument import add_config, chosen_config
 from dynagent.report.status import Summary, pool_status, render
 
 QUEUE_ENV = "DYNAGENT_SNAPSHOT_QUEUE_URL"

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from dynagent.cli.config_argument import add_config, chosen_config
 from dynagent.cli.errors import EXIT_FAILURE, CommandError, reaching
 from dynagent.core.config import Config, Pool
 from dynagent.files.config import load_config
+from dynagent.files.config_argument import add_config, chosen_config
 
 from . import report
 from .findings import Finding
