@@ -7,13 +7,14 @@ nothing more."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from dynagent.aws import tags
 from dynagent.aws.functions import AwsFunctions
+from dynagent.bridge.drain_notices import SqsDrainNotices
 from dynagent.cli.status_command import AwsSource, statuses
 from dynagent.core.boot.drift import read_boot_tag
-from dynagent.core.drain_notices import parse_notice
 from dynagent.core.snapshot import Agent
 from dynagent.report.status import render
 from dynagent.testing.aws.event_source import LambdaContext
@@ -73,20 +74,10 @@ class Functions:
         assert result == {"batchItemFailures": []}
 
     def drain_notices(self) -> list[str]:
-        """The agents the functions told the bridge to drain since the last call."""
-        found: list[str] = []
-        while True:
-            messages = self.sqs.receive_message(
-                QueueUrl=self.notices, MaxNumberOfMessages=10, WaitTimeSeconds=0
-            ).get("Messages", [])
-            if not messages:
-                return found
-            for message in messages:
-                _, notices = parse_notice(message["Body"])
-                found += [n.agent_id for n in notices]
-                self.sqs.delete_message(
-                    QueueUrl=self.notices, ReceiptHandle=message["ReceiptHandle"]
-                )
+        """The agents the functions told the bridge to drain since the last call, read as
+        the bridge reads them."""
+        reader = SqsDrainNotices(self.sqs, self.notices, logging.getLogger("test"))
+        return [notice.agent_id for _, notice in reader.receive()]
 
 
 def ids(ec2: Any) -> set[str]:

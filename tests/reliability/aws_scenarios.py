@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from dynagent.aws.tags import MARK_TAGS, POOL_TAG, format_time
-from dynagent.core.drain_notices import parse_notice
+from dynagent.bridge.drain_notices import SqsDrainNotices
 from dynagent.core.fleet import Mark
 from dynagent.core.snapshot import Agent
 from dynagent.testing.aws.event_source import LambdaContext, sqs_event
@@ -818,6 +818,7 @@ def _r8_run(clouds: Clouds, inject: bool, run: int) -> dict[str, Any]:
     fields = {"min_instances": 1, "max_instances": 6}
     rig = Rig(aws, pool_config(pool("a100", image, agent_docker_image=R8_OLD, **fields)))
     notices = rig.sqs.create_queue(QueueName="drain-notices")["QueueUrl"]
+    reader = SqsDrainNotices(rig.sqs, notices, rig.logger)  # as the bridge reads them
     rig.publish(snapshot("a100", 1, rig.clock.now(), [(f"t{n}", 8) for n in range(4)]))
     rig.drain()
     a, b, c, d = sorted(i["InstanceId"] for i in rig.live("a100"))
@@ -859,8 +860,7 @@ def _r8_run(clouds: Clouds, inject: bool, run: int) -> dict[str, Any]:
         while rig.deliver(_twin(rig) if inject else None):
             pass
         rig.functions.sweep()
-        for message in _received(rig, notices):
-            drained.update(n.agent_id for n in parse_notice(message)[1])
+        drained.update(notice.agent_id for _, notice in reader.receive())
         gone = live - {i["InstanceId"] for i in rig.live("a100")}
         busy_killed += len(gone & busy)
         converge.see(sorted(i["InstanceId"] for i in rig.live("a100")), passes=2)
@@ -899,22 +899,6 @@ def _twin(rig: Rig) -> Any:
             return result
 
     return Both()
-
-
-def _received(rig: Rig, queue: str) -> list[str]:
-    """The drain notices queued, read once, as the bridge reads them."""
-    bodies: list[str] = []
-    while messages := rig.sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get(
-        "Messages", []
-    ):
-        bodies += [m["Body"] for m in messages]
-        rig.sqs.delete_message_batch(
-            QueueUrl=queue,
-            Entries=[
-                {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(messages)
-            ],
-        )
-    return bodies
 
 
 def _escaped(figures: Figures, count: int) -> None:

@@ -22,6 +22,16 @@ MAX_PULLED = 100
 PULL_TIMEOUT_SECONDS = 1.0
 
 
+def notices_in(body: str, message_id: Any, logger: Any) -> list[tuple[str, DrainNotice]]:
+    """(pool, notice) of one message; none, with an error line, when it is no notice."""
+    try:
+        pool, notices = parse_notice(body)
+    except InvalidNotice as error:
+        logger.error(f"not a drain notice, dropped: {error}", extra={"message_id": message_id})
+        return []
+    return [(pool, notice) for notice in notices]
+
+
 class SqsDrainNotices:
     """The drain notice queue on SQS (the stack's DrainNoticeQueue)."""
 
@@ -38,15 +48,8 @@ class SqsDrainNotices:
             if not messages:
                 break
             for message in messages:
-                try:
-                    pool, notices = parse_notice(message.get("Body", ""))
-                except InvalidNotice as error:
-                    self.logger.error(
-                        f"not a drain notice, dropped: {error}",
-                        extra={"message_id": message.get("MessageId")},
-                    )
-                    continue
-                found += [(pool, notice) for notice in notices]
+                body, message_id = message.get("Body", ""), message.get("MessageId")
+                found += notices_in(body, message_id, self.logger)
             self.sqs.delete_message_batch(
                 QueueUrl=self.url,
                 Entries=[
@@ -70,15 +73,8 @@ class PubSubDrainNotices:
         for _ in range(MAX_CALLS):
             received = self._pull()
             for item in received:
-                try:
-                    pool, notices = parse_notice(item.message.data.decode(errors="replace"))
-                except InvalidNotice as error:
-                    self.logger.error(
-                        f"not a drain notice, dropped: {error}",
-                        extra={"message_id": item.message.message_id},
-                    )
-                    continue
-                found += [(pool, notice) for notice in notices]
+                body = item.message.data.decode(errors="replace")
+                found += notices_in(body, item.message.message_id, self.logger)
             if received:
                 self.subscriber.acknowledge(
                     request={

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dynagent.core.boot.drift import boot_config, boot_parts, changed_parts
+from dynagent.core.boot.drift import boot_config_and_parts, drift_of
 from dynagent.core.config import Pool, Settings
 from dynagent.core.decide import decide
 from dynagent.core.durations import format_duration
@@ -164,7 +164,7 @@ def pool_status(
     counts: dict[str, int] = {}
     # The pool's boot config now, as far as the status can tell: with master_url an
     # alias it knows no address, and judges nothing.
-    config_now, parts_now = boot_config(pool, {}), boot_parts(pool, {})
+    config_now, parts_now = boot_config_and_parts(pool, {})
     for instance in sorted(fleet.instances, key=lambda i: (i.launched_at, i.id)):
         state = instance_state(instance)
         counts[state] = counts.get(state, 0) + 1
@@ -182,7 +182,9 @@ def pool_status(
                 "stopped_s": _since(instance.stopped_at, now),
                 # What changed since its launch, when its boot config is not the pool's
                 # now (``core.boot.drift``); None when it is, or cannot be told.
-                "drifted": _drift(instance, config_now, parts_now),
+                "drifted": drift_of(
+                    instance.boot_config, instance.boot_parts, config_now, parts_now
+                ),
             }
         )
     requests = [
@@ -258,13 +260,6 @@ def pool_status(
         "last_snapshot_unread": unread if summary is None else None,
         "plan": {"basis": "no snapshot (as the next sweep)", "actions": plan.describe()},
     }
-
-
-def _drift(instance: Instance, config_now: str, parts_now: str) -> str | None:
-    # As the decision judges it (``decide.drift``): only machines with their parts.
-    if not config_now or not instance.boot_parts or instance.boot_config == config_now:
-        return None
-    return " and ".join(changed_parts(instance.boot_parts, parts_now)) or "boot config"
 
 
 def _replacing(drifted: int, broken: int) -> str:

@@ -228,10 +228,10 @@ class DynagentPolicy:
         """One pass; whether it launched or terminated anything."""
         moment = at(now)
         snapshot = self.master.snapshot(moment) if with_snapshot else None
-        if snapshot is not None and self.drainer is not None:
-            snapshot = _retiring(snapshot, self.drainer)
-        if snapshot is not None and self.held:
-            snapshot = _held_retired(snapshot, self.held)
+        if snapshot is not None and (self.drainer is not None or self.held):
+            drains = self.drainer is not None
+            retired = self.held | (self.drainer.retired if self.drainer is not None else set())
+            snapshot = _retiring(snapshot, retired, drains)
         if snapshot is not None and self.idle_clock is not None:
             self.idle_clock.published(snapshot.agents, moment)
         plan = reconcile(self.pool, self.cloud, snapshot, moment, self.settings).plan
@@ -356,23 +356,18 @@ class DynagentPolicy:
         return min((d for d in deadlines if d > now), default=None)
 
 
-def _retiring(snapshot: Snapshot, drainer: Drainer) -> Snapshot:
-    """The snapshot as the bridge publishes it: its retirements reported."""
-    retired = drainer.retired
+def _retiring(snapshot: Snapshot, retired: set[str], drains: bool) -> Snapshot:
+    """The snapshot as the bridge publishes it: the agents it retired (its drainer's, and
+    those drained on a notice: disabled, so draining) reported so; with its drains, that
+    it reports retirements (``retires``)."""
     agents = tuple(
         dataclasses.replace(a, retired=True) if a.id in retired and a.draining else a
         for a in snapshot.agents
     )
-    return snapshot.model_copy(update={"retires": True, "agents": agents})
-
-
-def _held_retired(snapshot: Snapshot, held: set[str]) -> Snapshot:
-    """The snapshot as the bridge publishes it: agents drained on notice are retired."""
-    agents = tuple(
-        dataclasses.replace(a, draining=True, retired=True) if a.id in held else a
-        for a in snapshot.agents
-    )
-    return snapshot.model_copy(update={"agents": agents})
+    update: dict[str, object] = {"agents": agents}
+    if drains:
+        update["retires"] = True
+    return snapshot.model_copy(update=update)
 
 
 def _due(time: int | None, now: int) -> bool:

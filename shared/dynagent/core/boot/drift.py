@@ -53,20 +53,23 @@ def boot_config(pool: Pool, master_addresses: Mapping[str, str]) -> str:
     snapshot resolved (no launch happens then, and no stopped machine is judged), or the
     image is an SSM parameter or image family the functions could not read (nothing is
     judged)."""
-    identity = _identity(pool, master_addresses)
-    if identity is None:
-        return ""
-    text = json.dumps(identity, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:LENGTH]
+    return boot_config_and_parts(pool, master_addresses)[0]
 
 
 def boot_parts(pool: Pool, master_addresses: Mapping[str, str]) -> str:
     """The short hash of each part of the pool's boot config now (``PARTS``' order), as
-    one string; "" when the master's address is unknown."""
+    one string; "" when the hash is unknown."""
+    return boot_config_and_parts(pool, master_addresses)[1]
+
+
+def boot_config_and_parts(pool: Pool, master_addresses: Mapping[str, str]) -> tuple[str, str]:
+    """(``boot_config``, ``boot_parts``), from one reading of the pool's boot."""
     identity = _identity(pool, master_addresses)
     if identity is None:
-        return ""
-    boot = identity["boot"]
+        return "", ""
+    text = json.dumps(identity, sort_keys=True, default=str)
+    config = hashlib.sha256(text.encode()).hexdigest()[:LENGTH]
+    boot = dict(identity["boot"])
     files = boot.pop("files")
     environment = boot.pop("environment")
     master = [pair for pair in environment if pair[0].startswith(_MASTER_ENVIRONMENT)]
@@ -83,7 +86,7 @@ def boot_parts(pool: Pool, master_addresses: Mapping[str, str]) -> str:
         "startup": [boot.pop("startup_script"), startup],
         "slots": identity["cpu_slots_allowed"],
     }
-    return "".join(_short(parts[name]) for name, _ in PARTS)
+    return config, "".join(_short(parts[name]) for name, _ in PARTS)
 
 
 def changed_parts(launched: str, now: str) -> list[str]:
@@ -98,6 +101,16 @@ def changed_parts(launched: str, now: str) -> list[str]:
         if launched[index * PART_LENGTH : (index + 1) * PART_LENGTH]
         != now[index * PART_LENGTH : (index + 1) * PART_LENGTH]
     ]
+
+
+def drift_of(launched: str, launched_parts: str, config: str, parts: str) -> str | None:
+    """What changed between a machine's boot config (``launched`` and its parts) and the
+    pool's now, for people; None when nothing did or it cannot be told: the pool's is
+    unknown, or the machine was launched before its parts were recorded (its hash may
+    have been made otherwise, as of an image family now resolved)."""
+    if not config or not launched_parts or launched == config:
+        return None
+    return " and ".join(changed_parts(launched_parts, parts)) or "boot config"
 
 
 def boot_tag(config: str, parts: str) -> str:

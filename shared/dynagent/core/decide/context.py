@@ -11,7 +11,7 @@ import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from dynagent.core.boot.drift import boot_config, boot_parts
+from dynagent.core.boot.drift import boot_config_and_parts
 from dynagent.core.config import Pool, ProviderConfig, Settings
 from dynagent.core.fleet import (
     Fleet,
@@ -189,16 +189,19 @@ class Context:
         self.kept_stopped += 1
 
     @functools.cached_property
+    def _boot(self) -> tuple[str, str]:
+        addresses = (self.snapshot.master_addresses if self.snapshot else None) or {}
+        return boot_config_and_parts(self.pool, addresses)
+
+    @property
     def boot_config(self) -> str:
         """The pool's boot config hash now (``boot.drift``): what launches carry."""
-        addresses = (self.snapshot.master_addresses if self.snapshot else None) or {}
-        return boot_config(self.pool, addresses)
+        return self._boot[0]
 
-    @functools.cached_property
+    @property
     def boot_parts(self) -> str:
         """Its parts' short hashes (``boot.drift.boot_parts``)."""
-        addresses = (self.snapshot.master_addresses if self.snapshot else None) or {}
-        return boot_parts(self.pool, addresses)
+        return self._boot[1]
 
     def cancel(self, request_id: str, reason: str) -> None:
         self.cancellations.setdefault(request_id, reason)

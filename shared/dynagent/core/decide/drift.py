@@ -10,7 +10,7 @@ must not be replaced whole for an upgrade of dynagent.
 
 from __future__ import annotations
 
-from dynagent.core.boot.drift import changed_parts
+from dynagent.core.boot.drift import drift_of
 from dynagent.core.decide.context import Context
 from dynagent.core.decide.replace import Retiring
 
@@ -25,10 +25,11 @@ def drifted(ctx: Context, already: set[str]) -> list[Retiring]:
         return []  # the master's address is unknown: nothing can be compared
     found = []
     for instance, agent in zip(ctx.fleet.instances, ctx.connected, strict=True):
-        if instance.boot_config == now or not instance.boot_parts or agent is None:
+        # The common case first: a pass reads every instance of large fleets.
+        if instance.boot_config == now or agent is None or instance.id in already:
             continue
-        if instance.id in already or not instance.live:
+        what = drift_of(instance.boot_config, instance.boot_parts, now, ctx.boot_parts)
+        if what is None or not instance.live:
             continue
-        what = " and ".join(changed_parts(instance.boot_parts, ctx.boot_parts)) or "boot config"
         found.append(Retiring(instance, agent, f"drifted: {what} changed", "drifted"))
     return found
